@@ -1,0 +1,50 @@
+// gcz/codec_spec.h — the codec spec string: how a user names a codec chain.
+//
+//   spec   := stage ( '+' stage )*
+//   stage  := name [ ':' key '=' value ( ',' key '=' value )* ]
+//   value  := integer | number | word | '(' spec ')'
+//
+// The first stage is the codec that turns elements into streams; later stages act on the byte streams
+// (in format v1: `zstd[:level=N]`). A parenthesised value carries a nested spec for codecs that take a
+// value codec. Examples: "fp16", "bf16+zstd", "none+zstd:level=19".
+//
+//   gcz::Result<gcz::CodecSpec> s = gcz::parse_codec_spec("fp16+zstd:level=3");
+//   s->stages[1].name == "zstd";  std::get<int64_t>(s->stages[1].params.at("level")) == 3;
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gcz/codec.h"
+
+namespace gcz {
+
+struct StageSpec {
+  std::string name;
+  Params params;
+};
+
+struct CodecSpec {
+  std::vector<StageSpec> stages;
+  std::string to_string() const;  // canonical text: parameters in key order
+};
+
+Result<CodecSpec> parse_codec_spec(std::string_view text);
+
+// A spec split into what the encoder does: the element codec, then an optional zstd stage on every
+// stream (stored compressed only where that makes the stream smaller).
+struct EncodingPlan {
+  StageSpec codec;
+  std::optional<int> zstd_level;
+  std::string text;  // canonical spec text, for reports
+};
+
+inline constexpr int kDefaultZstdLevel = 3;
+
+// Checks the stage names and the zstd stage's parameters. Codec parameters are checked by make_codec.
+Result<EncodingPlan> plan_from_spec(const CodecSpec& spec);
+Result<EncodingPlan> parse_encoding_plan(std::string_view text);
+
+}  // namespace gcz

@@ -1,0 +1,125 @@
+// gcz/detail/float_bits.h — bit-exact conversions between IEEE-style binary formats, shared by the CPU
+// and CUDA backends (so both produce the same bytes).
+//
+// Narrowing rounds to nearest, ties to even; overflow gives ±Inf; values below half the smallest
+// subnormal give ±0; NaN stays NaN (sign and leading payload bits kept, quiet bit set); subnormals are
+// produced and consumed exactly. Widening is exact.
+//
+//   uint16_t h = gcz::detail::f32_to_f16(1.0f);      // 0x3C00
+//   float f = gcz::detail::f16_to_f32(0x3C00);      // 1.0f
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "gcz/detail/hd.h"
+
+namespace gcz::detail {
+
+template <class To, class From>
+GCZ_HD To bit_cast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
+// Narrows a value of a format with SE exponent and SM fraction bits to one with DE and DM (DE <= SE,
+// DM < SM). Returns the destination bit pattern in the low 1 + DE + DM bits.
+template <int SE, int SM, int DE, int DM>
+GCZ_HD uint32_t narrow_float_bits(uint64_t src) {
+  constexpr int64_t kSrcMaxExp = (int64_t{1} << SE) - 1;
+  constexpr int64_t kSrcBias = (int64_t{1} << (SE - 1)) - 1;
+  constexpr uint32_t kDstMaxExp = (uint32_t{1} << DE) - 1;
+  constexpr int64_t kDstBias = (int64_t{1} << (DE - 1)) - 1;
+  constexpr uint32_t kDstInf = kDstMaxExp << DM;
+
+  const uint32_t sign = static_cast<uint32_t>((src >> (SE + SM)) & 1u) << (DE + DM);
+  const int64_t exp = static_cast<int64_t>((src >> SM) & static_cast<uint64_t>(kSrcMaxExp));
+  uint64_t m = src & ((uint64_t{1} << SM) - 1);
+
+  if (exp == kSrcMaxExp) {
+    if (m == 0) return sign | kDstInf;
+    return sign | kDstInf | static_cast<uint32_t>(m >> (SM - DM)) | (uint32_t{1} << (DM - 1));
+  }
+  if (exp == 0 && m == 0) return sign;
+
+  // Normalise so that m is in [2^SM, 2^(SM+1)) and the value is m * 2^(e - SM).
+  int64_t e;
+  if (exp == 0) {
+    e = 1 - kSrcBias;
+    while (m < (uint64_t{1} << SM)) {
+      m <<= 1;
+      --e;
+    }
+  } else {
+    e = exp - kSrcBias;
+    m |= uint64_t{1} << SM;
+  }
+
+  const int64_t de = e + kDstBias;
+  const int64_t shift = (SM - DM) + (de < 1 ? 1 - de : 0);
+  if (shift > SM + 1) return sign;  // below half the smallest subnormal
+  const uint64_t q = m >> shift;
+  const uint64_t rem = m & ((uint64_t{1} << shift) - 1);
+  const uint64_t half = uint64_t{1} << (shift - 1);
+  const uint64_t rounded = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+  if (de < 1) return sign | static_cast<uint32_t>(rounded);  // subnormal, or the smallest normal by carry
+  // (de - 1) * 2^DM + rounded carries a mantissa overflow into the exponent.
+  const uint64_t bits = (static_cast<uint64_t>(de - 1) << DM) + rounded;
+  if (bits >= kDstInf) return sign | kDstInf;
+  return sign | static_cast<uint32_t>(bits);
+}
+
+// Widens a value of a format with SE/SM bits to one with DE/DM bits (DE >= SE, DM > SM), exactly.
+template <int SE, int SM, int DE, int DM>
+GCZ_HD uint64_t widen_float_bits(uint32_t src) {
+  constexpr uint32_t kSrcMaxExp = (uint32_t{1} << SE) - 1;
+  constexpr int64_t kSrcBias = (int64_t{1} << (SE - 1)) - 1;
+  constexpr uint64_t kDstMaxExp = (uint64_t{1} << DE) - 1;
+  constexpr int64_t kDstBias = (int64_t{1} << (DE - 1)) - 1;
+
+  const uint64_t sign = static_cast<uint64_t>((src >> (SE + SM)) & 1u) << (DE + DM);
+  const uint32_t exp = (src >> SM) & kSrcMaxExp;
+  uint64_t m = src & ((uint32_t{1} << SM) - 1);
+  if (exp == kSrcMaxExp) return sign | (kDstMaxExp << DM) | (m << (DM - SM));
+  if (exp == 0 && m == 0) return sign;
+  int64_t e;
+  if (exp == 0) {
+    e = 1 - kSrcBias;
+    while (m < (uint64_t{1} << SM)) {
+      m <<= 1;
+      --e;
+    }
+    m &= (uint64_t{1} << SM) - 1;
+  } else {
+    e = static_cast<int64_t>(exp) - kSrcBias;
+  }
+  return sign | (static_cast<uint64_t>(e + kDstBias) << DM) | (m << (DM - SM));
+}
+
+GCZ_HD uint16_t f32_to_f16(float f) {
+  return static_cast<uint16_t>(narrow_float_bits<8, 23, 5, 10>(bit_cast<uint32_t>(f)));
+}
+GCZ_HD uint16_t f64_to_f16(double d) {
+  return static_cast<uint16_t>(narrow_float_bits<11, 52, 5, 10>(bit_cast<uint64_t>(d)));
+}
+GCZ_HD float f16_to_f32(uint16_t h) {
+  return bit_cast<float>(static_cast<uint32_t>(widen_float_bits<5, 10, 8, 23>(h)));
+}
+
+// bfloat16 is the top half of a float32, so widening is a shift.
+GCZ_HD uint16_t f32_to_bf16(float f) {
+  return static_cast<uint16_t>(narrow_float_bits<8, 23, 8, 7>(bit_cast<uint32_t>(f)));
+}
+GCZ_HD uint16_t f64_to_bf16(double d) {
+  return static_cast<uint16_t>(narrow_float_bits<11, 52, 8, 7>(bit_cast<uint64_t>(d)));
+}
+GCZ_HD float bf16_to_f32(uint16_t b) { return bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+// float64 -> float32 keeps NaN payloads the same way as the narrower conversions.
+GCZ_HD float f64_to_f32(double d) {
+  return bit_cast<float>(narrow_float_bits<11, 52, 8, 23>(bit_cast<uint64_t>(d)));
+}
+
+}  // namespace gcz::detail

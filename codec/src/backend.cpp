@@ -1,0 +1,39 @@
+#include "gcz/backend.h"
+
+#include "cuda_hooks.h"
+
+namespace gcz {
+
+std::string_view backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "cpu"; }
+
+std::optional<DeviceRequest> parse_device_request(std::string_view s) {
+  if (s == "auto") return DeviceRequest::kAuto;
+  if (s == "cpu") return DeviceRequest::kCpu;
+  if (s == "cuda" || s == "gpu") return DeviceRequest::kCuda;
+  return std::nullopt;
+}
+
+bool built_with_cuda() {
+#ifdef GCZ_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Status cuda_status() { return cuda::device_status(); }
+
+Result<Backend> resolve_backend(DeviceRequest request) {
+  switch (request) {
+    case DeviceRequest::kCpu: return Backend::kCpu;
+    case DeviceRequest::kCuda: {
+      Status s = cuda_status();
+      if (!s) return s.with_context("--device cuda");
+      return Backend::kCuda;
+    }
+    case DeviceRequest::kAuto: return cuda_status() ? Backend::kCuda : Backend::kCpu;
+  }
+  return Backend::kCpu;
+}
+
+}  // namespace gcz

@@ -1,0 +1,166 @@
+#include "gcz/codec_spec.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <zstd.h>
+
+namespace gcz {
+namespace {
+
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+         c == '.';
+}
+
+ParamValue typed_value(const std::string& s) {
+  if (s.empty()) return s;
+  errno = 0;
+  char* end = nullptr;
+  long long i = std::strtoll(s.c_str(), &end, 10);
+  if (errno == 0 && end == s.c_str() + s.size()) return static_cast<int64_t>(i);
+  errno = 0;
+  double d = std::strtod(s.c_str(), &end);
+  if (errno == 0 && end == s.c_str() + s.size()) return d;
+  return s;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string_view text) : text_(text) {}
+
+  Result<CodecSpec> spec() {
+    CodecSpec out;
+    for (;;) {
+      GCZ_ASSIGN_OR_RETURN(StageSpec stage, this->stage());
+      out.stages.push_back(std::move(stage));
+      if (pos_ < text_.size() && text_[pos_] == '+') {
+        ++pos_;
+        continue;
+      }
+      return out;
+    }
+  }
+
+  bool at_end() const { return pos_ == text_.size(); }
+  std::size_t pos() const { return pos_; }
+
+  Status error(const std::string& what) const {
+    return invalid_argument("codec spec '" + std::string(text_) + "': " + what + " at position " +
+                            std::to_string(pos_ + 1));
+  }
+
+ private:
+  std::string word() {
+    std::size_t start = pos_;
+    while (pos_ < text_.size() && is_name_char(text_[pos_])) ++pos_;
+    return std::string(text_.substr(start, pos_ - start));
+  }
+
+  Result<StageSpec> stage() {
+    StageSpec s;
+    s.name = word();
+    if (s.name.empty()) return error("expected a codec name");
+    if (pos_ < text_.size() && text_[pos_] == ':') {
+      ++pos_;
+      for (;;) {
+        std::string key = word();
+        if (key.empty()) return error("expected a parameter name");
+        if (pos_ >= text_.size() || text_[pos_] != '=') return error("expected '=' after '" + key + "'");
+        ++pos_;
+        GCZ_ASSIGN_OR_RETURN(ParamValue value, this->value());
+        if (!s.params.emplace(key, std::move(value)).second) return error("parameter '" + key + "' given twice");
+        if (pos_ < text_.size() && text_[pos_] == ',') {
+          ++pos_;
+          continue;
+        }
+        break;
+      }
+    }
+    return s;
+  }
+
+  Result<ParamValue> value() {
+    if (pos_ < text_.size() && text_[pos_] == '(') {
+      int depth = 0;
+      std::size_t start = pos_ + 1;
+      for (; pos_ < text_.size(); ++pos_) {
+        if (text_[pos_] == '(') ++depth;
+        if (text_[pos_] == ')' && --depth == 0) break;
+      }
+      if (depth != 0) return error("unbalanced '('");
+      std::string inner(text_.substr(start, pos_ - start));
+      ++pos_;
+      return ParamValue(inner);
+    }
+    std::string v = word();
+    if (v.empty()) return error("expected a value");
+    return typed_value(v);
+  }
+
+  std::string_view text_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string CodecSpec::to_string() const {
+  std::string out;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (i) out += '+';
+    out += stages[i].name;
+    char sep = ':';
+    for (const auto& [k, v] : stages[i].params) {
+      out += sep;
+      sep = ',';
+      std::string text = param_to_string(v);
+      bool nested = text.find_first_of(":+,=()") != std::string::npos;
+      out += k + "=" + (nested ? "(" + text + ")" : text);
+    }
+  }
+  return out;
+}
+
+Result<CodecSpec> parse_codec_spec(std::string_view text) {
+  Parser p(text);
+  GCZ_ASSIGN_OR_RETURN(CodecSpec spec, p.spec());
+  if (!p.at_end()) return p.error("unexpected character '" + std::string(1, text[p.pos()]) + "'");
+  return spec;
+}
+
+Result<EncodingPlan> plan_from_spec(const CodecSpec& spec) {
+  EncodingPlan plan;
+  if (spec.stages.empty()) return invalid_argument("codec spec is empty");
+  plan.codec = spec.stages[0];
+  if (plan.codec.name == "zstd") {
+    return invalid_argument("codec spec '" + spec.to_string() +
+                            "': zstd is a stream stage and must follow a codec, e.g. 'none+zstd'");
+  }
+  for (std::size_t i = 1; i < spec.stages.size(); ++i) {
+    const StageSpec& st = spec.stages[i];
+    if (st.name != "zstd") {
+      return invalid_argument("codec spec '" + spec.to_string() + "': stage '" + st.name +
+                              "' cannot follow a codec; only 'zstd' acts on streams");
+    }
+    if (plan.zstd_level) return invalid_argument("codec spec '" + spec.to_string() + "': zstd given twice");
+    for (const auto& [k, v] : st.params) {
+      if (k != "level") return invalid_argument("codec 'zstd' has no parameter '" + k + "' (it takes level)");
+    }
+    GCZ_ASSIGN_OR_RETURN(int64_t level, get_int_param(st.params, "zstd", "level", kDefaultZstdLevel));
+    if (level < 1 || level > ZSTD_maxCLevel()) {
+      return invalid_argument("codec 'zstd': level must be 1.." + std::to_string(ZSTD_maxCLevel()) + ", got " +
+                              std::to_string(level));
+    }
+    plan.zstd_level = static_cast<int>(level);
+  }
+  CodecSpec canonical = spec;
+  if (plan.zstd_level) canonical.stages.back().params["level"] = int64_t{*plan.zstd_level};
+  plan.text = canonical.to_string();
+  return plan;
+}
+
+Result<EncodingPlan> parse_encoding_plan(std::string_view text) {
+  GCZ_ASSIGN_OR_RETURN(CodecSpec spec, parse_codec_spec(text));
+  return plan_from_spec(spec);
+}
+
+}  // namespace gcz

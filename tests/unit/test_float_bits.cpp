@@ -1,0 +1,85 @@
+#include "gcz/detail/float_bits.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace gcz::detail {
+namespace {
+
+bool is_f16_nan(uint16_t h) { return (h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0; }
+
+TEST(FloatBits, F16RoundTripsThroughF32Exactly) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = f16_to_f32(static_cast<uint16_t>(h));
+    const uint16_t back = f32_to_f16(f);
+    if (is_f16_nan(static_cast<uint16_t>(h))) {
+      EXPECT_TRUE(std::isnan(f));
+      EXPECT_TRUE(is_f16_nan(back));
+      EXPECT_EQ(back & 0x8000, h & 0x8000);
+    } else {
+      ASSERT_EQ(back, h) << "f16 bits " << h;
+    }
+  }
+}
+
+TEST(FloatBits, F16MatchesCompilerConversion) {
+  // _Float16 conversions are IEEE round-to-nearest-even; compare on a dense sweep of float32 patterns.
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4093) {
+    const float f = bit_cast<float>(static_cast<uint32_t>(b));
+    if (std::isnan(f)) continue;
+    const _Float16 ref = static_cast<_Float16>(f);
+    ASSERT_EQ(f32_to_f16(f), bit_cast<uint16_t>(ref)) << "float bits " << b;
+  }
+}
+
+TEST(FloatBits, F16EdgeCases) {
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);           // max finite
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);           // rounds up to Inf
+  EXPECT_EQ(f32_to_f16(65519.99f), 0x7BFF);
+  EXPECT_EQ(f32_to_f16(-INFINITY), 0xFC00);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie to even -> 0
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie to even (down)
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie to even (up)
+  EXPECT_TRUE(is_f16_nan(f32_to_f16(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(is_f16_nan(f32_to_f16(bit_cast<float>(0x7F800001u))));  // signalling NaN, low payload
+}
+
+TEST(FloatBits, Bf16RoundToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(f32_to_bf16(bit_cast<float>(0x3F808000u)), 0x3F80);  // tie, even stays
+  EXPECT_EQ(f32_to_bf16(bit_cast<float>(0x3F818000u)), 0x3F82);  // tie, odd rounds up
+  EXPECT_EQ(f32_to_bf16(bit_cast<float>(0x3F808001u)), 0x3F81);
+  EXPECT_EQ(f32_to_bf16(bit_cast<float>(0x7F7FFFFFu)), 0x7F80);  // max float rounds to Inf
+  EXPECT_EQ(f32_to_bf16(bit_cast<float>(0x00010000u)), 0x0001);  // subnormal kept
+  EXPECT_EQ(f32_to_bf16(bit_cast<float>(0x00008000u)), 0x0000);  // tie to even -> 0
+  EXPECT_EQ(f32_to_bf16(bit_cast<float>(0x00018000u)), 0x0002);
+  const uint16_t nan = f32_to_bf16(bit_cast<float>(0x7F800001u));
+  EXPECT_EQ(nan & 0x7F80, 0x7F80);
+  EXPECT_NE(nan & 0x007F, 0);
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = bf16_to_f32(static_cast<uint16_t>(b));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(f32_to_bf16(f), b);
+  }
+}
+
+TEST(FloatBits, F64NarrowingRoundsOnce) {
+  // 1 + 2^-11 + 2^-40 is just above the float16 tie: a single rounding goes up, float32 first would tie.
+  const double d = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  EXPECT_EQ(f64_to_f16(d), 0x3C01);
+  EXPECT_EQ(f32_to_f16(static_cast<float>(d)), 0x3C00);
+  const double b = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+  EXPECT_EQ(f64_to_bf16(b), 0x3F81);
+  for (double v : {0.0, -0.0, 1e-300, 3.14159, -2.5e38, 1e39, 65504.0, 1e-8}) {
+    EXPECT_EQ(bit_cast<uint32_t>(f64_to_f32(v)), bit_cast<uint32_t>(static_cast<float>(v))) << v;
+    EXPECT_EQ(f64_to_f16(v), bit_cast<uint16_t>(static_cast<_Float16>(v))) << v;
+  }
+}
+
+}  // namespace
+}  // namespace gcz::detail
