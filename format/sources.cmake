@@ -1,1 +1,3 @@
-target_sources(gcz PRIVATE)
+target_sources(gcz PRIVATE
+  format/src/file_util.cpp)
+include(format/io_sources.cmake)

@@ -1,0 +1,101 @@
+// gcz/tensor_io.h — reading and writing gradient dumps: .npy, .npz, .safetensors, HDF5, raw binary, and
+// directories of such files.
+//
+// Readers list the floating tensors of a file and hand out each one as a TensorSource that reads
+// element ranges on demand (pread/mmap), so a dump larger than memory is never loaded whole. Tensors of
+// other dtypes (integers, bools, complex, strings) are listed in skipped() with the reason, never misread.
+// Writers stream tensors out in the order announced at creation and write to a temporary name that is
+// renamed into place only by finish(): a failed or abandoned write leaves no partial file.
+//
+//   auto in = gcz::open_tensor_file("grads.safetensors", {});
+//   for (std::size_t i = 0; i < (*in)->tensors().size(); ++i) {
+//     auto src = (*in)->open(i);                    // Result<std::unique_ptr<TensorSource>>
+//     std::vector<float> buf(n);
+//     (*src)->read(0, n, buf.data());               // elements [0, n) in the tensor's own dtype
+//   }
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gcz/status.h"
+#include "gcz/tensor.h"
+
+namespace gcz {
+
+enum class TensorFileFormat { kNpy, kNpz, kSafetensors, kHdf5, kRaw, kDirectory };
+
+const char* tensor_file_format_name(TensorFileFormat f);
+// By extension: .npy .npz .safetensors .h5 .hdf5 .bin .raw; a directory (existing, or a path ending
+// in '/') is kDirectory. nullopt when the extension is unknown.
+std::optional<TensorFileFormat> tensor_format_from_path(const std::string& path);
+
+// One tensor's elements, read in ranges. Elements come in C order and the tensor's own dtype
+// (little-endian), whatever the file's layout (Fortran order, big-endian .npy) was.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual const TensorInfo& info() const = 0;
+  // Copies elements [first, first + count) to dst (count * dtype_size bytes).
+  virtual Status read(uint64_t first, uint64_t count, void* dst) = 0;
+  // Hints that elements before `end` will not be read again, so their pages can leave memory.
+  virtual void release(uint64_t end) { (void)end; }
+};
+
+struct SkippedTensor {
+  std::string name;
+  std::string reason;  // e.g. "dtype int64 is not floating"
+};
+
+struct ReadOptions {
+  // For raw binary input (and required there): element dtype and shape.
+  std::optional<DType> raw_dtype;
+  std::optional<Shape> raw_shape;
+};
+
+class TensorFileReader {
+ public:
+  virtual ~TensorFileReader() = default;
+  virtual const std::string& path() const = 0;
+  virtual TensorFileFormat format() const = 0;
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+  virtual const std::vector<SkippedTensor>& skipped() const = 0;
+  // A reader for tensor i (an index into tensors()).
+  virtual Result<std::unique_ptr<TensorSource>> open(std::size_t i) = 0;
+};
+
+// Opens `path` (format from its extension, or raw when options give raw_dtype/raw_shape). Every header
+// is validated before use: a truncated or hostile file is a kFormatError naming the file and rule.
+// Tensor names: the names inside the file; for a single .npy or raw file, the file's stem; inside a
+// directory, the relative path without extension, joined to inner names with '/'.
+Result<std::unique_ptr<TensorFileReader>> open_tensor_file(const std::string& path, const ReadOptions& options);
+
+struct WriteOptions {
+  // Formats that cannot hold bfloat16 (.npy, .npz, HDF5, directories of .npy) refuse it unless this
+  // is set, in which case bfloat16 tensors are written as float32 (exactly).
+  bool widen_bf16 = false;
+};
+
+class TensorFileWriter {
+ public:
+  virtual ~TensorFileWriter() = default;  // without finish(): removes the temporary file
+  // Starts the next tensor (in the order given to create); then write() its elements in order.
+  virtual Status begin(std::size_t index) = 0;
+  // Appends count elements (in the tensor's dtype, C order) to the current tensor.
+  virtual Status write(const void* src, uint64_t count) = 0;
+  virtual Status end() = 0;
+  // Checks every tensor was written completely, flushes, and renames into place.
+  virtual Status finish() = 0;
+};
+
+// Creates a writer for `tensors` at `path`, format from the extension (a directory writes one .npy per
+// tensor, names with '/' becoming subdirectories). A single-tensor format (.npy, raw) given several
+// tensors, or bfloat16 without widen_bf16 where the format cannot hold it, is an error naming the rule.
+Result<std::unique_ptr<TensorFileWriter>> create_tensor_file(const std::string& path,
+                                                             const std::vector<TensorInfo>& tensors,
+                                                             const WriteOptions& options);
+
+}  // namespace gcz

@@ -1,0 +1,62 @@
+// Internal file helpers shared by the container and tensor I/O: a read-only mapping whose pages can be
+// dropped after use, and an output file written under a temporary name and renamed on commit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gcz/status.h"
+
+namespace gcz::detail {
+
+// A read-only memory map of a whole file (empty files map to nothing).
+class MappedFile {
+ public:
+  static Result<std::unique_ptr<MappedFile>> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  // Drops the resident pages of [begin, end) (page-rounded inward); they are read again if touched.
+  void release(uint64_t begin, uint64_t end) const;
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// Writes `path` via a temporary file in the same directory; commit() renames it into place. Destroying
+// an uncommitted AtomicFile removes the temporary, so a failed write leaves nothing behind.
+class AtomicFile {
+ public:
+  static Result<std::unique_ptr<AtomicFile>> create(const std::string& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  Status write(const void* data, std::size_t n);  // appends
+  Status write_zeros(std::size_t n);
+  uint64_t position() const { return pos_; }
+  Status commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  AtomicFile() = default;
+  std::string path_;
+  std::string tmp_path_;
+  int fd_ = -1;
+  uint64_t pos_ = 0;
+  bool committed_ = false;
+};
+
+// Reads the whole file into a string, refusing files larger than max_bytes.
+Result<std::string> read_small_file(const std::string& path, uint64_t max_bytes);
+
+}  // namespace gcz::detail
