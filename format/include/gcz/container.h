@@ -1,0 +1,139 @@
+// gcz/container.h — the .gcz container (docs/FORMAT.md): a streaming writer and a validating reader.
+//
+// The writer appends tensors one at a time, each as the named streams its codec produces, and writes
+// the JSON index and trailer at the end; the file appears under its name only when finish() succeeds.
+// The reader checks every structural rule of FORMAT.md §6 when it opens a file, and each stream's
+// checksum before handing out its bytes.
+//
+//   auto w = gcz::GczWriter::create("out.gcz");
+//   (*w)->begin_tensor(record, /*zstd_level=*/std::nullopt);   // record: info, chain, stream names
+//   (*w)->append(0, bytes);                                    // stream 0, as many times as needed
+//   (*w)->end_tensor();
+//   (*w)->finish({});
+//
+//   auto r = gcz::GczReader::open("out.gcz");
+//   for (const gcz::TensorRecord& t : (*r)->index().tensors) { ... (*r)->open_stream(i, s) ... }
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gcz/codec.h"
+#include "gcz/metrics.h"
+#include "gcz/status.h"
+#include "gcz/tensor.h"
+
+namespace gcz {
+
+inline constexpr uint16_t kFormatVersionMajor = 1;
+inline constexpr uint16_t kFormatVersionMinor = 0;
+inline constexpr uint64_t kStreamAlignment = 64;
+inline constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 20;
+inline constexpr std::size_t kMaxNameBytes = 4096;
+inline constexpr const char* kRngName = "philox4x32-10";
+
+enum class StreamEncoding { kRaw, kZstd };
+const char* stream_encoding_name(StreamEncoding e);
+
+struct StreamRecord {
+  std::string name;
+  StreamEncoding encoding = StreamEncoding::kRaw;
+  uint64_t offset = 0;
+  uint64_t length = 0;  // stored bytes
+  uint64_t size = 0;    // bytes after undoing the encoding
+  uint64_t xxh3 = 0;    // of the stored bytes
+};
+
+struct CodecStage {
+  std::string name;
+  Params params;
+};
+
+struct TensorRecord {
+  TensorInfo info;
+  std::vector<CodecStage> chain;  // element codec first, then stream stages (zstd)
+  uint64_t seed = 0;
+  std::string rng = kRngName;
+  std::vector<StreamRecord> streams;
+  std::optional<Metrics> metrics;
+};
+
+struct FileIndex {
+  uint16_t version_minor = kFormatVersionMinor;
+  std::string producer;
+  std::map<std::string, std::string> metadata;
+  std::vector<TensorRecord> tensors;
+};
+
+// The canonical spec text of a chain, e.g. "fp16+zstd:level=3".
+std::string chain_to_string(const std::vector<CodecStage>& chain);
+// The index as FORMAT.md §5 writes it (JSON text).
+std::string index_to_json(const FileIndex& index);
+
+class GczWriter {
+ public:
+  // Writes to a temporary file next to `path`; an empty path counts bytes without writing (for eval).
+  static Result<std::unique_ptr<GczWriter>> create(const std::string& path);
+  ~GczWriter();
+
+  // Starts a tensor. `record` gives info, chain, seed and the stream names (offsets etc. are filled
+  // in here). With zstd_level, each stream is compressed if its first chunk shrinks (CODECS.md).
+  Status begin_tensor(const TensorRecord& record, std::optional<int> zstd_level);
+  // Appends raw (pre-zstd) bytes to stream `stream` of the current tensor.
+  Status append(std::size_t stream, ByteSpan bytes);
+  // Completes the current tensor. Returns its stored record (streams with offsets, lengths, checksums).
+  Result<const TensorRecord*> end_tensor();
+  // Records metrics for the tensor last completed (written into the index as informative data).
+  void attach_metrics(const Metrics& metrics);
+  // Writes the index and trailer and renames the file into place. Returns the file size.
+  Result<uint64_t> finish(const std::map<std::string, std::string>& metadata);
+
+  // Bytes the current tensor's index entry takes (without metrics), for the report.
+  uint64_t index_entry_bytes(const TensorRecord& record) const;
+
+ private:
+  struct Impl;
+  explicit GczWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Sequential access to the decoded bytes of one stream.
+class StreamCursor {
+ public:
+  virtual ~StreamCursor() = default;
+  // Copies the next n decoded bytes to dst; reading past the stream's size is an error.
+  virtual Status read(void* dst, uint64_t n) = 0;
+};
+
+class GczReader {
+ public:
+  // Opens and validates `path` (every rule of FORMAT.md §6 except those checked on read).
+  static Result<std::unique_ptr<GczReader>> open(const std::string& path);
+  ~GczReader();
+
+  const std::string& path() const;
+  uint64_t file_size() const;
+  const FileIndex& index() const;
+  // The tensor named `name`, or nullptr.
+  const TensorRecord* find(const std::string& name) const;
+
+  // Checks the checksum of stream `stream` of tensor `tensor`, then returns a cursor over its
+  // decoded bytes (zstd decompressed on the fly; the frame's size is checked at the end).
+  Result<std::unique_ptr<StreamCursor>> open_stream(std::size_t tensor, std::size_t stream) const;
+
+  // Everything: every stream checksum, every zstd frame decoded to its declared size, zero padding.
+  // progress(done_bytes, total_bytes) is called as it goes, if set.
+  Status verify(const std::function<void(uint64_t, uint64_t)>& progress) const;
+
+ private:
+  struct Impl;
+  explicit GczReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gcz

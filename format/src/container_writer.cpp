@@ -1,0 +1,205 @@
+// The streaming .gcz writer (FORMAT.md §§2-5).
+#include <cstring>
+
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "file_util.h"
+#include "gcz/codec_spec.h"
+#include "gcz/container.h"
+#include "index_json.h"
+#include "layout.h"
+
+namespace gcz {
+
+const char* stream_encoding_name(StreamEncoding e) { return e == StreamEncoding::kZstd ? "zstd" : "raw"; }
+
+std::string chain_to_string(const std::vector<CodecStage>& chain) {
+  CodecSpec spec;
+  for (const CodecStage& st : chain) spec.stages.push_back({st.name, st.params});
+  return spec.to_string();
+}
+
+namespace {
+
+// One stream of the tensor being written: its stored bytes go to the file (stream 0) or to a
+// buffer that is written after the streams before it.
+struct StreamState {
+  bool decided = false;
+  ZSTD_CCtx* cctx = nullptr;
+  XXH3_state_t* hash = nullptr;
+  StreamRecord record;
+  ByteBuffer pending;
+
+  StreamState() : hash(XXH3_createState()) { XXH3_64bits_reset(hash); }
+  ~StreamState() {
+    ZSTD_freeCCtx(cctx);
+    XXH3_freeState(hash);
+  }
+  StreamState(const StreamState&) = delete;
+  StreamState& operator=(const StreamState&) = delete;
+};
+
+}  // namespace
+
+struct GczWriter::Impl {
+  std::string path;
+  std::unique_ptr<detail::AtomicFile> file;  // null: count bytes only
+  uint64_t pos = 0;
+  FileIndex index;
+  bool in_tensor = false;
+  bool finished = false;
+  TensorRecord current;
+  std::optional<int> zstd_level;
+  std::vector<std::unique_ptr<StreamState>> streams;
+
+  Status write(const void* data, std::size_t n) {
+    pos += n;
+    return file ? file->write(data, n) : Status::ok();
+  }
+  Status pad_to_alignment() {
+    const uint64_t pad = detail::align_up(pos) - pos;
+    pos += pad;
+    return file ? file->write_zeros(pad) : Status::ok();
+  }
+
+  // Stored bytes of stream s: hashed, then to the file (stream 0) or held until its turn.
+  Status emit(std::size_t s, const void* data, std::size_t n) {
+    StreamState& st = *streams[s];
+    XXH3_64bits_update(st.hash, data, n);
+    st.record.length += n;
+    if (s == 0) return write(data, n);
+    const auto* p = static_cast<const std::byte*>(data);
+    st.pending.insert(st.pending.end(), p, p + n);
+    return Status::ok();
+  }
+
+  Status compress(std::size_t s, ByteSpan in, ZSTD_EndDirective mode) {
+    StreamState& st = *streams[s];
+    ByteBuffer out(ZSTD_CStreamOutSize());
+    ZSTD_inBuffer ib{in.data(), in.size(), 0};
+    for (;;) {
+      ZSTD_outBuffer ob{out.data(), out.size(), 0};
+      const std::size_t left = ZSTD_compressStream2(st.cctx, &ob, &ib, mode);
+      if (ZSTD_isError(left)) return internal_error(std::string("zstd: ") + ZSTD_getErrorName(left));
+      GCZ_RETURN_IF_ERROR(emit(s, out.data(), ob.pos));
+      const bool done = mode == ZSTD_e_continue ? ib.pos == ib.size : left == 0;
+      if (done) return Status::ok();
+    }
+  }
+
+  // Decides raw or zstd on a stream's first bytes: zstd only if it made them smaller.
+  Status first_chunk(std::size_t s, ByteSpan bytes) {
+    StreamState& st = *streams[s];
+    st.decided = true;
+    if (!zstd_level) return emit(s, bytes.data(), bytes.size());
+    st.cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(st.cctx, ZSTD_c_compressionLevel, *zstd_level);
+    ByteBuffer out(ZSTD_compressBound(bytes.size()) + 64);
+    ZSTD_inBuffer ib{bytes.data(), bytes.size(), 0};
+    ZSTD_outBuffer ob{out.data(), out.size(), 0};
+    std::size_t left = ZSTD_compressStream2(st.cctx, &ob, &ib, ZSTD_e_flush);
+    if (ZSTD_isError(left) || left != 0 || ib.pos != ib.size) {
+      return internal_error("zstd could not compress a chunk into its bound");
+    }
+    if (ob.pos >= bytes.size()) {
+      ZSTD_freeCCtx(st.cctx);
+      st.cctx = nullptr;
+      return emit(s, bytes.data(), bytes.size());
+    }
+    st.record.encoding = StreamEncoding::kZstd;
+    return emit(s, out.data(), ob.pos);
+  }
+
+  Status finish_stream(std::size_t s) {
+    StreamState& st = *streams[s];
+    if (st.cctx) GCZ_RETURN_IF_ERROR(compress(s, {}, ZSTD_e_end));
+    st.record.offset = pos - (s == 0 ? st.record.length : 0);
+    if (s != 0) GCZ_RETURN_IF_ERROR(write(st.pending.data(), st.pending.size()));
+    st.record.xxh3 = XXH3_64bits_digest(st.hash);
+    return pad_to_alignment();
+  }
+};
+
+GczWriter::GczWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GczWriter::~GczWriter() = default;
+
+Result<std::unique_ptr<GczWriter>> GczWriter::create(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->index.producer = std::string("gcz ") + GCZ_VERSION;
+  if (!path.empty()) {
+    GCZ_ASSIGN_OR_RETURN(impl->file, detail::AtomicFile::create(path));
+  }
+  const auto header = detail::encode_header();
+  GCZ_RETURN_IF_ERROR(impl->write(header.data(), header.size()));
+  return std::unique_ptr<GczWriter>(new GczWriter(std::move(impl)));
+}
+
+Status GczWriter::begin_tensor(const TensorRecord& record, std::optional<int> zstd_level) {
+  Impl& w = *impl_;
+  if (w.in_tensor || w.finished) return internal_error("begin_tensor out of order");
+  w.in_tensor = true;
+  w.current = record;
+  w.current.metrics.reset();
+  w.zstd_level = zstd_level;
+  w.streams.clear();
+  for (const StreamRecord& s : record.streams) {
+    auto st = std::make_unique<StreamState>();
+    st->record.name = s.name;
+    w.streams.push_back(std::move(st));
+  }
+  return Status::ok();
+}
+
+Status GczWriter::append(std::size_t stream, ByteSpan bytes) {
+  Impl& w = *impl_;
+  if (!w.in_tensor || stream >= w.streams.size()) return internal_error("append to no stream");
+  StreamState& st = *w.streams[stream];
+  st.record.size += bytes.size();
+  if (bytes.empty()) return Status::ok();
+  if (!st.decided) return w.first_chunk(stream, bytes);
+  if (st.cctx) return w.compress(stream, bytes, ZSTD_e_continue);
+  return w.emit(stream, bytes.data(), bytes.size());
+}
+
+Result<const TensorRecord*> GczWriter::end_tensor() {
+  Impl& w = *impl_;
+  if (!w.in_tensor) return internal_error("end_tensor without begin_tensor");
+  for (std::size_t s = 0; s < w.streams.size(); ++s) GCZ_RETURN_IF_ERROR(w.finish_stream(s));
+  w.current.streams.clear();
+  for (const auto& st : w.streams) w.current.streams.push_back(st->record);
+  w.streams.clear();
+  w.in_tensor = false;
+  w.index.tensors.push_back(std::move(w.current));
+  return &w.index.tensors.back();
+}
+
+void GczWriter::attach_metrics(const Metrics& metrics) {
+  if (!impl_->index.tensors.empty()) impl_->index.tensors.back().metrics = metrics;
+}
+
+std::string index_to_json(const FileIndex& index) { return detail::serialize_index(index); }
+
+uint64_t GczWriter::index_entry_bytes(const TensorRecord& record) const {
+  return detail::tensor_entry_bytes(record);
+}
+
+Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& metadata) {
+  Impl& w = *impl_;
+  if (w.in_tensor || w.finished) return internal_error("finish out of order");
+  w.index.metadata = metadata;
+  const uint64_t index_offset = w.pos;  // already aligned
+  const std::string text = detail::serialize_index(w.index);
+  if (text.size() > kMaxIndexBytes) {
+    return invalid_argument(w.path + ": the index would exceed 64 MiB (too many tensors for one file)");
+  }
+  GCZ_RETURN_IF_ERROR(w.write(text.data(), text.size()));
+  const auto trailer = detail::encode_trailer(index_offset, text.size(), XXH3_64bits(text.data(), text.size()));
+  GCZ_RETURN_IF_ERROR(w.write(trailer.data(), trailer.size()));
+  if (w.file) GCZ_RETURN_IF_ERROR(w.file->commit());
+  w.finished = true;
+  return w.pos;
+}
+
+}  // namespace gcz

@@ -1,0 +1,93 @@
+// decode_file: a .gcz in, tensor files out, chunk by chunk.
+#include <fnmatch.h>
+
+#include <algorithm>
+
+#include "gcz/container.h"
+#include "gcz/pipeline.h"
+
+namespace gcz {
+namespace {
+
+// Indices of the tensors to decode: all, or those matching any of the globs (each glob must match).
+Result<std::vector<std::size_t>> select_tensors(const GczReader& reader, const std::vector<std::string>& globs) {
+  const auto& tensors = reader.index().tensors;
+  std::vector<std::size_t> out;
+  std::vector<bool> used(globs.size(), false);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    bool take = globs.empty();
+    for (std::size_t g = 0; g < globs.size(); ++g) {
+      if (fnmatch(globs[g].c_str(), tensors[i].info.name.c_str(), 0) == 0) take = used[g] = true;
+    }
+    if (take) out.push_back(i);
+  }
+  for (std::size_t g = 0; g < globs.size(); ++g) {
+    if (!used[g]) return invalid_argument(reader.path() + ": no tensor matches '" + globs[g] + "'");
+  }
+  return out;
+}
+
+Status decode_tensor(const GczReader& reader, std::size_t index, Backend backend, TensorFileWriter& out,
+                     const std::function<void(uint64_t)>& progress) {
+  const TensorRecord& rec = reader.index().tensors[index];
+  const TensorInfo& t = rec.info;
+  const std::string where = reader.path() + ": tensor '" + t.name + "'";
+  auto made = make_codec(rec.chain[0].name, rec.chain[0].params, backend);
+  if (!made) return made.status().with_context(where);
+  Codec& codec = **made;
+  std::vector<std::unique_ptr<StreamCursor>> cursors;
+  for (std::size_t s = 0; s < rec.streams.size(); ++s) {
+    GCZ_ASSIGN_OR_RETURN(auto c, reader.open_stream(index, s));
+    cursors.push_back(std::move(c));
+  }
+  GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
+  const uint64_t unit = codec.chunk_unit();
+  const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1)
+                                   : std::max(unit, (uint64_t{1} << 24) / unit * unit);
+  const std::size_t esize = dtype_size(t.dtype);
+  ByteBuffer xhat(std::min(chunk, numel) * esize);
+  std::vector<ByteBuffer> in(rec.streams.size());
+  for (uint64_t first = 0; first < numel; first += chunk) {
+    const uint64_t count = std::min(chunk, numel - first);
+    std::vector<ByteSpan> spans;
+    for (std::size_t s = 0; s < in.size(); ++s) {
+      GCZ_ASSIGN_OR_RETURN(uint64_t n, codec.stream_size(t, s, first, count));
+      in[s].resize(n);
+      GCZ_RETURN_IF_ERROR(cursors[s]->read(in[s].data(), n));
+      spans.emplace_back(in[s]);
+    }
+    GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat.data()).with_context(where));
+    GCZ_RETURN_IF_ERROR(out.write(xhat.data(), count));
+    progress(count * esize);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status decode_file(const std::string& input, const std::string& output, const DecodeOptions& options) {
+  GCZ_ASSIGN_OR_RETURN(auto reader, GczReader::open(input));
+  GCZ_ASSIGN_OR_RETURN(Backend backend, resolve_backend(options.device));
+  GCZ_ASSIGN_OR_RETURN(std::vector<std::size_t> selected, select_tensors(*reader, options.names));
+  std::vector<TensorInfo> infos;
+  uint64_t bytes_total = 0;
+  for (std::size_t i : selected) {
+    infos.push_back(reader->index().tensors[i].info);
+    bytes_total += *infos.back().byte_size();
+  }
+  GCZ_ASSIGN_OR_RETURN(auto writer, create_tensor_file(output, infos, options.write));
+  Progress progress{0, selected.size(), 0, bytes_total, nullptr};
+  for (std::size_t k = 0; k < selected.size(); ++k) {
+    progress.tensor = k;
+    progress.name = &infos[k].name;
+    GCZ_RETURN_IF_ERROR(writer->begin(k));
+    GCZ_RETURN_IF_ERROR(decode_tensor(*reader, selected[k], backend, *writer, [&](uint64_t done) {
+      progress.bytes_done += done;
+      if (options.progress) options.progress(progress);
+    }));
+    GCZ_RETURN_IF_ERROR(writer->end());
+  }
+  return writer->finish();
+}
+
+}  // namespace gcz

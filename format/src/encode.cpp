@@ -1,0 +1,164 @@
+// encode_files: tensor files in, .gcz out (or only measured), chunk by chunk in bounded memory.
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <set>
+
+#include "gcz/codec_spec.h"
+#include "gcz/container.h"
+#include "gcz/pipeline.h"
+
+namespace gcz {
+namespace {
+
+// The codec plan for one tensor: the first matching rule, else the default; small tensors are stored
+// losslessly.
+Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeOptions& o,
+                              const EncodingPlan& default_plan) {
+  if (numel < o.min_numel) return parse_encoding_plan("none");
+  for (const CodecRule& r : o.rules) {
+    if (fnmatch(r.glob.c_str(), t.name.c_str(), 0) == 0) return parse_encoding_plan(r.spec);
+  }
+  return default_plan;
+}
+
+class TensorEncoder {
+ public:
+  TensorEncoder(GczWriter& writer, Backend backend, const EncodeOptions& options)
+      : writer_(writer), backend_(backend), options_(options) {}
+
+  // Encodes one tensor, returning its report; `progress` gets input bytes as they are done.
+  Result<TensorReport> run(TensorSource& src, const EncodingPlan& plan, const std::function<void(uint64_t)>& progress) {
+    const TensorInfo& t = src.info();
+    GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
+    auto made = make_codec(plan.codec.name, plan.codec.params, backend_);
+    if (!made) return made.status().with_context("tensor '" + t.name + "'");
+    Codec& codec = **made;
+
+    TensorRecord rec;
+    rec.info = t;
+    rec.chain.push_back({std::string(codec.name()), codec.params()});
+    if (plan.zstd_level) rec.chain.push_back({"zstd", {{"level", int64_t{*plan.zstd_level}}}});
+    rec.seed = options_.seed;
+    for (const std::string& n : codec.stream_names(t)) rec.streams.push_back({.name = n});
+    GCZ_RETURN_IF_ERROR(writer_.begin_tensor(rec, plan.zstd_level));
+
+    const uint64_t unit = codec.chunk_unit();
+    const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1)
+                                     : std::max(unit, options_.chunk_elements / unit * unit);
+    const std::size_t esize = dtype_size(t.dtype);
+    in_.resize(std::min(chunk, numel) * esize);
+    xhat_.resize(in_.size());
+    std::vector<ByteBuffer> out(rec.streams.size());
+    MetricsAccumulator acc;
+    for (uint64_t first = 0; first < numel; first += chunk) {
+      const uint64_t count = std::min(chunk, numel - first);
+      GCZ_RETURN_IF_ERROR(src.read(first, count, in_.data()));
+      for (ByteBuffer& b : out) b.clear();
+      GCZ_RETURN_IF_ERROR(codec.encode(t, in_.data(), first, count, out).with_context("tensor '" + t.name + "'"));
+      std::vector<ByteSpan> spans;
+      for (std::size_t s = 0; s < out.size(); ++s) {
+        GCZ_RETURN_IF_ERROR(writer_.append(s, out[s]));
+        spans.emplace_back(out[s]);
+      }
+      // Decode what was just written, to measure what it lost.
+      GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat_.data()).with_context("tensor '" + t.name + "'"));
+      acc.add(t.dtype, in_.data(), xhat_.data(), count);
+      src.release(first + count);
+      progress(count * esize);
+    }
+    GCZ_ASSIGN_OR_RETURN(const TensorRecord* stored, writer_.end_tensor());
+    uint64_t bytes_out = writer_.index_entry_bytes(*stored);
+    for (const StreamRecord& s : stored->streams) bytes_out += s.length;
+    TensorReport report{t.name, t.dtype, t.shape, chain_to_string(stored->chain),
+                        acc.finish(numel * esize, bytes_out)};
+    writer_.attach_metrics(report.metrics);
+    total_.merge(acc);
+    return report;
+  }
+
+  const MetricsAccumulator& total() const { return total_; }
+
+ private:
+  GczWriter& writer_;
+  Backend backend_;
+  const EncodeOptions& options_;
+  ByteBuffer in_, xhat_;
+  MetricsAccumulator total_;
+};
+
+}  // namespace
+
+Result<CodecRule> parse_codec_rule(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    return invalid_argument("--rule '" + text + "': expected GLOB=SPEC, e.g. '*.bias=none'");
+  }
+  CodecRule rule{text.substr(0, eq), text.substr(eq + 1)};
+  auto plan = parse_encoding_plan(rule.spec);
+  if (!plan) return plan.status().with_context("--rule '" + text + "'");
+  return rule;
+}
+
+Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const std::string& output,
+                                  const EncodeOptions& options) {
+  if (inputs.empty()) return invalid_argument("no input files");
+  GCZ_ASSIGN_OR_RETURN(EncodingPlan default_plan, parse_encoding_plan(options.spec));
+  // Check every codec spec once before any work: a typo should fail at once, not after an hour.
+  GCZ_RETURN_IF_ERROR(make_codec(default_plan.codec.name, default_plan.codec.params, Backend::kCpu).status());
+  for (const CodecRule& r : options.rules) {
+    GCZ_ASSIGN_OR_RETURN(EncodingPlan p, parse_encoding_plan(r.spec));
+    auto c = make_codec(p.codec.name, p.codec.params, Backend::kCpu);
+    if (!c) return c.status().with_context("--rule '" + r.glob + "=" + r.spec + "'");
+  }
+  EncodeReport report;
+  GCZ_ASSIGN_OR_RETURN(report.backend, resolve_backend(options.device));
+
+  // Open every input first: names are checked for clashes and the progress total is known.
+  std::vector<std::unique_ptr<TensorFileReader>> readers;
+  std::size_t tensor_count = 0;
+  std::map<std::string, std::string> seen;  // name -> file
+  uint64_t bytes_total = 0;
+  for (const std::string& path : inputs) {
+    GCZ_ASSIGN_OR_RETURN(auto reader, open_tensor_file(path, options.read));
+    for (std::size_t i = 0; i < reader->tensors().size(); ++i) {
+      const TensorInfo& t = reader->tensors()[i];
+      auto [it, fresh] = seen.emplace(t.name, path);
+      if (!fresh) {
+        return invalid_argument("tensor '" + t.name + "' appears in both " + it->second + " and " + path);
+      }
+      GCZ_ASSIGN_OR_RETURN(uint64_t bytes, t.byte_size());
+      bytes_total += bytes;
+      ++tensor_count;
+    }
+    for (const SkippedTensor& s : reader->skipped()) report.skipped.push_back({path + ": " + s.name, s.reason});
+    readers.push_back(std::move(reader));
+  }
+
+  GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(output));
+  TensorEncoder encoder(*writer, report.backend, options);
+  Progress progress{0, tensor_count, 0, bytes_total, nullptr};
+  std::size_t k = 0;
+  uint64_t bytes_in = 0;
+  for (auto& reader : readers) {
+    for (std::size_t i = 0; i < reader->tensors().size(); ++i, ++k) {
+      const TensorInfo& t = reader->tensors()[i];
+      GCZ_ASSIGN_OR_RETURN(auto src, reader->open(i));
+      GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
+      GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, plan_for(t, numel, options, default_plan));
+      progress.tensor = k;
+      progress.name = &t.name;
+      GCZ_ASSIGN_OR_RETURN(TensorReport tr, encoder.run(*src, plan, [&](uint64_t done) {
+        progress.bytes_done += done;
+        if (options.progress) options.progress(progress);
+      }));
+      bytes_in += tr.metrics.bytes_in;
+      report.tensors.push_back(std::move(tr));
+    }
+  }
+  GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(options.metadata));
+  report.total = encoder.total().finish(bytes_in, file_bytes);
+  return report;
+}
+
+}  // namespace gcz
