@@ -65,10 +65,13 @@ template <class T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
+    if (status_.is_ok()) status_ = Status(StatusCode::kInternal, "Result made from an ok Status");
+  }
 
   bool has_value() const { return value_.has_value(); }
   explicit operator bool() const { return has_value(); }
+  // Ok when there is a value, else why there is none.
   const Status& status() const { return status_; }
 
   T& value() & { return *value_; }
@@ -82,7 +85,7 @@ class [[nodiscard]] Result {
 
  private:
   std::optional<T> value_;
-  Status status_ = internal_error("empty Result");
+  Status status_;
 };
 
 }  // namespace gcz

@@ -1,0 +1,80 @@
+// gcz info: what a .gcz file holds.
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+#include "gcz/container.h"
+#include "report.h"
+
+namespace gcz::cli {
+namespace {
+
+void print_table(const GczReader& r) {
+  const FileIndex& idx = r.index();
+  std::printf("file      %s\n", r.path().c_str());
+  std::printf("format    gcz %u.%u, written by %s\n", kFormatVersionMajor, idx.version_minor, idx.producer.c_str());
+  std::printf("size      %s (%llu bytes), %zu tensors\n", human_bytes(r.file_size()).c_str(),
+              static_cast<unsigned long long>(r.file_size()), idx.tensors.size());
+  for (const auto& [k, v] : idx.metadata) std::printf("metadata  %s=%s\n", k.c_str(), v.c_str());
+  std::vector<std::vector<std::string>> rows = {{"tensor", "dtype", "shape", "codec", "streams", "stored", "ratio"}};
+  for (const TensorRecord& t : idx.tensors) {
+    uint64_t stored = 0;
+    std::string streams;
+    for (const StreamRecord& s : t.streams) {
+      stored += s.length;
+      streams += (streams.empty() ? "" : " ") + s.name + ":" + stream_encoding_name(s.encoding);
+    }
+    char ratio[32];
+    const double in = static_cast<double>(*t.info.byte_size());
+    std::snprintf(ratio, sizeof ratio, "%.2f", stored ? in / static_cast<double>(stored) : 0.0);
+    rows.push_back({t.info.name, std::string(dtype_name(t.info.dtype)), shape_to_string(t.info.shape),
+                    chain_to_string(t.chain), streams, human_bytes(stored), ratio});
+  }
+  std::vector<std::size_t> w(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+  }
+  std::printf("\n");
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(w[c] - row[c].size(), ' ');
+      line += c >= 5 ? pad + row[c] : row[c] + pad;
+      if (c + 1 < row.size()) line += "  ";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+}  // namespace
+
+RunFn add_info_command(CLI::App& app) {
+  struct Args {
+    std::string input;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("info", "Show the tensors, codecs and streams of a .gcz file");
+  cmd->add_option("input", a->input, "The .gcz file")->required();
+  cmd->add_flag("--json", a->json, "Print the file's index (FORMAT.md §5) as JSON, with path and file_size added");
+  cmd->footer("Examples:\n  gcz info grads.gcz\n  gcz info grads.gcz --json | jq '.tensors[].name'");
+  return [a]() {
+    auto reader = GczReader::open(a->input);
+    if (!reader) return report_error(reader.status());
+    if (a->json) {
+      nlohmann::json j = nlohmann::json::parse(index_to_json((*reader)->index()));
+      j["path"] = a->input;
+      j["file_size"] = (*reader)->file_size();
+      j["version_minor"] = (*reader)->index().version_minor;
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      print_table(**reader);
+    }
+    return static_cast<int>(kExitOk);
+  };
+}
+
+}  // namespace gcz::cli

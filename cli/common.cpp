@@ -1,0 +1,140 @@
+#include "common.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "gcz/codec.h"
+
+namespace gcz::cli {
+
+int exit_code_for(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument: return kExitUsage;
+    case StatusCode::kIoError: return kExitIo;
+    case StatusCode::kFormatError: return kExitBadInput;
+    case StatusCode::kUnsupported: return kExitUnsupported;
+    case StatusCode::kChecksumMismatch: return kExitChecksum;
+    case StatusCode::kDeviceError: return kExitDevice;
+    case StatusCode::kInternal: return kExitInternal;
+  }
+  return kExitInternal;
+}
+
+int report_error(const Status& status) {
+  std::fprintf(stderr, "gcz: error: %s\n", status.message().c_str());
+  return exit_code_for(status.code());
+}
+
+namespace {
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ProgressLine::ProgressLine(std::string verb) : verb_(std::move(verb)), enabled_(::isatty(STDERR_FILENO) == 1) {}
+ProgressLine::~ProgressLine() { clear(); }
+
+void ProgressLine::clear() {
+  if (drawn_) std::fprintf(stderr, "\r\033[K");
+  drawn_ = false;
+}
+
+ProgressFn ProgressLine::callback() {
+  if (!enabled_) return {};
+  return [this](const Progress& p) {
+    const double t = now_seconds();
+    if (t - last_ < 0.1 && p.bytes_done < p.bytes_total) return;
+    last_ = t;
+    const double pct = p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100.0;
+    std::fprintf(stderr, "\r\033[K%s %zu/%zu %5.1f%% %.1f/%.1f MiB  %s", verb_.c_str(), p.tensor + 1, p.tensors, pct,
+                 static_cast<double>(p.bytes_done) / 1048576.0, static_cast<double>(p.bytes_total) / 1048576.0,
+                 p.name ? p.name->c_str() : "");
+    std::fflush(stderr);
+    drawn_ = true;
+  };
+}
+
+Result<DeviceRequest> parse_device(const std::string& text) {
+  auto d = parse_device_request(text);
+  if (!d) return invalid_argument("--device '" + text + "': expected cpu, cuda or auto");
+  return *d;
+}
+
+void add_encode_options(CLI::App& app, EncodeArgs& a) {
+  std::string codecs;
+  for (const auto& n : codec_names()) codecs += (codecs.empty() ? "" : ", ") + n;
+  app.add_option("inputs", a.inputs,
+                 "Gradient dumps: .npy .npz .safetensors .h5/.hdf5, raw .bin/.raw (with --dtype and --shape), "
+                 "or directories of them")
+      ->required();
+  app.add_option("-c,--codec", a.spec,
+                 "Codec spec for every tensor: CODEC[:k=v,...][+zstd[:level=N]]. Codecs: " + codecs +
+                     ". Example: -c bf16+zstd")
+      ->capture_default_str();
+  app.add_option("--rule", a.rules,
+                 "Per-tensor override GLOB=SPEC, first match wins; repeatable. Example: --rule '*.bias=none' "
+                 "--rule 'embed.*=bf16'");
+  app.add_option("--min-numel", a.min_numel,
+                 "Store tensors with fewer elements than N losslessly (codec none). Example: --min-numel 4096")
+      ->capture_default_str();
+  app.add_option("--device", a.device, "Where codecs run: cpu, cuda or auto (CUDA when a GPU is usable)")
+      ->capture_default_str();
+  app.add_option("--seed", a.seed, "Seed for codecs that draw random numbers (recorded in the file)")
+      ->capture_default_str();
+  app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
+  app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");
+  app.add_option("--meta", a.meta, "Free-form KEY=VALUE metadata stored in the file; repeatable. Example: --meta step=1200");
+  app.add_option("--report", a.report_format, "Report format: table, json or csv")
+      ->check(CLI::IsMember({"table", "json", "csv"}))
+      ->capture_default_str();
+  app.add_flag_callback("--json", [&a] { a.report_format = "json"; }, "Same as --report json");
+  app.add_flag_callback("--csv", [&a] { a.report_format = "csv"; }, "Same as --report csv");
+  app.add_flag("-q,--quiet", a.quiet, "Print no report (errors and warnings still go to stderr)");
+}
+
+Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
+  EncodeOptions o;
+  o.spec = a.spec;
+  for (const std::string& r : a.rules) {
+    GCZ_ASSIGN_OR_RETURN(CodecRule rule, parse_codec_rule(r));
+    o.rules.push_back(std::move(rule));
+  }
+  o.min_numel = a.min_numel;
+  GCZ_ASSIGN_OR_RETURN(o.device, parse_device(a.device));
+  o.seed = a.seed;
+  if (!a.raw_dtype.empty()) {
+    auto dt = parse_dtype(a.raw_dtype);
+    if (!dt) return invalid_argument("--dtype '" + a.raw_dtype + "': expected f16, bf16, f32 or f64");
+    o.read.raw_dtype = *dt;
+  }
+  if (!a.raw_shape.empty()) {
+    Shape shape;
+    std::size_t pos = 0;
+    const std::string& s = a.raw_shape;
+    while (pos <= s.size()) {
+      const std::size_t comma = std::min(s.find(',', pos), s.size());
+      const std::string part = s.substr(pos, comma - pos);
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 15) {
+        return invalid_argument("--shape '" + s + "': expected comma-separated sizes, e.g. 4096,1024");
+      }
+      shape.push_back(std::stoull(part));
+      pos = comma + 1;
+    }
+    o.read.raw_shape = shape;
+  }
+  if (o.read.raw_dtype.has_value() != o.read.raw_shape.has_value()) {
+    return invalid_argument("raw input needs both --dtype and --shape");
+  }
+  for (const std::string& m : a.meta) {
+    const auto eq = m.find('=');
+    if (eq == std::string::npos || eq == 0) return invalid_argument("--meta '" + m + "': expected KEY=VALUE");
+    o.metadata[m.substr(0, eq)] = m.substr(eq + 1);
+  }
+  return o;
+}
+
+}  // namespace gcz::cli

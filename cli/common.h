@@ -1,0 +1,65 @@
+// Shared pieces of the gcz subcommands: exit codes, error printing, progress, option helpers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "gcz/pipeline.h"
+#include "gcz/status.h"
+
+namespace gcz::cli {
+
+// Exit codes (docs/CLI.md). Fixed: never renumber.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitInternal = 1,
+  kExitUsage = 2,
+  kExitIo = 3,
+  kExitBadInput = 4,
+  kExitUnsupported = 5,
+  kExitChecksum = 6,
+  kExitDevice = 7,
+};
+
+int exit_code_for(StatusCode code);
+// Prints "gcz: error: MESSAGE" on stderr and returns the exit code for the status.
+int report_error(const Status& status);
+
+// A progress line on stderr, redrawn at most ~10 times a second, only when stderr is a terminal.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string verb);
+  ~ProgressLine();
+  ProgressFn callback();
+  void clear();
+
+ private:
+  std::string verb_;
+  bool enabled_;
+  bool drawn_ = false;
+  double last_ = 0;
+};
+
+// Options shared by encode and eval.
+struct EncodeArgs {
+  std::vector<std::string> inputs;
+  std::string spec = "fp16";
+  std::vector<std::string> rules;
+  uint64_t min_numel = 0;
+  std::string device = "auto";
+  uint64_t seed = 0;
+  std::string raw_dtype;
+  std::string raw_shape;
+  std::vector<std::string> meta;
+  std::string report_format = "table";
+  bool quiet = false;
+};
+
+void add_encode_options(CLI::App& app, EncodeArgs& args);
+// Turns parsed arguments into library options (checking dtype/shape/rules/device/meta).
+Result<EncodeOptions> to_encode_options(const EncodeArgs& args);
+Result<DeviceRequest> parse_device(const std::string& text);
+
+}  // namespace gcz::cli
