@@ -136,13 +136,20 @@ Result<std::unique_ptr<GczWriter>> GczWriter::create(const std::string& path) {
   return std::unique_ptr<GczWriter>(new GczWriter(std::move(impl)));
 }
 
-Status GczWriter::begin_tensor(const TensorRecord& record, std::optional<int> zstd_level) {
+Status GczWriter::begin_tensor(const TensorRecord& record) {
   Impl& w = *impl_;
   if (w.in_tensor || w.finished) return internal_error("begin_tensor out of order");
   w.in_tensor = true;
   w.current = record;
   w.current.metrics.reset();
-  w.zstd_level = zstd_level;
+  w.zstd_level.reset();
+  for (std::size_t i = 1; i < record.chain.size(); ++i) {
+    const CodecStage& st = record.chain[i];
+    if (st.name != "zstd") return internal_error("stage '" + st.name + "' cannot follow a codec");
+    auto level = get_int_param(st.params, "zstd", "level", kDefaultZstdLevel);
+    if (!level) return level.status();
+    w.zstd_level = static_cast<int>(*level);
+  }
   w.streams.clear();
   for (const StreamRecord& s : record.streams) {
     auto st = std::make_unique<StreamState>();

@@ -41,7 +41,7 @@ class TensorEncoder {
     if (plan.zstd_level) rec.chain.push_back({"zstd", {{"level", int64_t{*plan.zstd_level}}}});
     rec.seed = options_.seed;
     for (const std::string& n : codec.stream_names(t)) rec.streams.push_back({.name = n});
-    GCZ_RETURN_IF_ERROR(writer_.begin_tensor(rec, plan.zstd_level));
+    GCZ_RETURN_IF_ERROR(writer_.begin_tensor(rec));
 
     const uint64_t unit = codec.chunk_unit();
     const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1)

@@ -6,7 +6,7 @@
 // checksum before handing out its bytes.
 //
 //   auto w = gcz::GczWriter::create("out.gcz");
-//   (*w)->begin_tensor(record, /*zstd_level=*/std::nullopt);   // record: info, chain, stream names
+//   (*w)->begin_tensor(record);           // record: info, codec chain, stream names
 //   (*w)->append(0, bytes);                                    // stream 0, as many times as needed
 //   (*w)->end_tensor();
 //   (*w)->finish({});
@@ -82,8 +82,9 @@ class GczWriter {
   ~GczWriter();
 
   // Starts a tensor. `record` gives info, chain, seed and the stream names (offsets etc. are filled
-  // in here). With zstd_level, each stream is compressed if its first chunk shrinks (CODECS.md).
-  Status begin_tensor(const TensorRecord& record, std::optional<int> zstd_level);
+  // in here). When the chain has a zstd stage, each stream is compressed if that makes its first
+  // chunk smaller (CODECS.md).
+  Status begin_tensor(const TensorRecord& record);
   // Appends raw (pre-zstd) bytes to stream `stream` of the current tensor.
   Status append(std::size_t stream, ByteSpan bytes);
   // Completes the current tensor. Returns its stored record (streams with offsets, lengths, checksums).

@@ -1,0 +1,86 @@
+#include "gcz/codec_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace gcz {
+namespace {
+
+TEST(CodecSpec, ParsesStagesAndTypedParams) {
+  auto s = parse_codec_spec("fp16+zstd:level=3");
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_EQ(s->stages.size(), 2u);
+  EXPECT_EQ(s->stages[0].name, "fp16");
+  EXPECT_TRUE(s->stages[0].params.empty());
+  EXPECT_EQ(std::get<int64_t>(s->stages[1].params.at("level")), 3);
+
+  auto t = parse_codec_spec("topk:ratio=0.01,values=(qsgd:bits=8,scale=max)+zstd");
+  ASSERT_TRUE(t) << t.status().message();
+  EXPECT_DOUBLE_EQ(std::get<double>(t->stages[0].params.at("ratio")), 0.01);
+  EXPECT_EQ(std::get<std::string>(t->stages[0].params.at("values")), "qsgd:bits=8,scale=max");
+  EXPECT_EQ(t->to_string(), "topk:ratio=0.01,values=(qsgd:bits=8,scale=max)+zstd");
+}
+
+TEST(CodecSpec, RejectsMalformedSpecsWithPosition) {
+  for (const char* bad : {"", "+zstd", "fp16+", "fp16:", "fp16:level", "fp16:level=", "fp16:a=1,a=2",
+                          "fp16:v=(x", "fp16 zstd", "fp16;"}) {
+    auto s = parse_codec_spec(bad);
+    ASSERT_FALSE(s) << bad;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("codec spec '" + std::string(bad) + "'"), std::string::npos)
+        << s.status().message();
+  }
+}
+
+TEST(EncodingPlan, SplitsCodecAndZstd) {
+  auto p = parse_encoding_plan("bf16+zstd");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->codec.name, "bf16");
+  EXPECT_EQ(p->zstd_level, kDefaultZstdLevel);
+  EXPECT_EQ(p->text, "bf16+zstd:level=3");
+  auto q = parse_encoding_plan("none");
+  ASSERT_TRUE(q);
+  EXPECT_FALSE(q->zstd_level);
+}
+
+TEST(EncodingPlan, RejectsMisplacedOrBadStages) {
+  EXPECT_FALSE(parse_encoding_plan("zstd"));
+  EXPECT_FALSE(parse_encoding_plan("fp16+fp16"));
+  EXPECT_FALSE(parse_encoding_plan("fp16+zstd+zstd"));
+  EXPECT_FALSE(parse_encoding_plan("fp16+zstd:level=0"));
+  EXPECT_FALSE(parse_encoding_plan("fp16+zstd:level=23"));
+  EXPECT_FALSE(parse_encoding_plan("fp16+zstd:level=fast"));
+  auto bad_key = parse_encoding_plan("fp16+zstd:lvl=3");
+  ASSERT_FALSE(bad_key);
+  EXPECT_NE(bad_key.status().message().find("lvl"), std::string::npos);
+}
+
+TEST(MakeCodec, KnowsCastCodecsAndRejectsOthers) {
+  for (const char* name : {"none", "fp32", "fp16", "bf16"}) {
+    auto c = make_codec(name, {}, Backend::kCpu);
+    ASSERT_TRUE(c) << name;
+    EXPECT_EQ((*c)->name(), name);
+  }
+  auto unknown = make_codec("fp17", {}, Backend::kCpu);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(unknown.status().message().find("fp17"), std::string::npos);
+  auto params = make_codec("fp16", {{"level", int64_t{3}}}, Backend::kCpu);
+  ASSERT_FALSE(params);
+  EXPECT_EQ(params.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Backend, ResolvesCpuAndExplainsMissingCuda) {
+  EXPECT_EQ(*resolve_backend(DeviceRequest::kCpu), Backend::kCpu);
+  auto cuda = resolve_backend(DeviceRequest::kCuda);
+  if (cuda_status()) {
+    EXPECT_EQ(*cuda, Backend::kCuda);
+  } else {
+    ASSERT_FALSE(cuda);
+    EXPECT_EQ(cuda.status().code(), StatusCode::kDeviceError);
+    EXPECT_FALSE(cuda.status().message().empty());
+    EXPECT_EQ(*resolve_backend(DeviceRequest::kAuto), Backend::kCpu);
+  }
+}
+
+}  // namespace
+}  // namespace gcz

@@ -1,0 +1,217 @@
+#include "gcz/container.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "index_json.h"
+#include "layout.h"
+
+namespace gcz {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::path(::testing::TempDir()) / ("gcz_container_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+ByteBuffer bytes_of(const std::vector<uint16_t>& v) {
+  ByteBuffer b(v.size() * 2);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+TensorRecord fp16_record(const std::string& name, Shape shape, std::optional<int> zstd_level = std::nullopt) {
+  TensorRecord r;
+  r.info = {name, DType::kFloat32, std::move(shape)};
+  r.chain = {{"fp16", {}}};
+  if (zstd_level) r.chain.push_back({"zstd", {{"level", int64_t{*zstd_level}}}});
+  r.streams = {{.name = "values"}};
+  return r;
+}
+
+ByteBuffer read_all(const GczReader& r, std::size_t t, std::size_t s) {
+  const StreamRecord& rec = r.index().tensors[t].streams[s];
+  ByteBuffer out(rec.size);
+  auto c = r.open_stream(t, s);
+  EXPECT_TRUE(c) << c.status().message();
+  if (c) {
+    Status st = (*c)->read(out.data(), out.size());
+    EXPECT_TRUE(st) << st.message();
+  }
+  return out;
+}
+
+TEST(Container, EmptyFileRoundTrips) {
+  const fs::path p = temp_dir("empty") / "e.gcz";
+  auto w = GczWriter::create(p.string());
+  ASSERT_TRUE(w);
+  auto size = (*w)->finish({{"step", "7"}});
+  ASSERT_TRUE(size) << size.status().message();
+  EXPECT_EQ(*size, fs::file_size(p));
+  auto r = GczReader::open(p.string());
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_TRUE((*r)->index().tensors.empty());
+  EXPECT_EQ((*r)->index().metadata.at("step"), "7");
+  EXPECT_TRUE((*r)->verify(nullptr));
+}
+
+TEST(Container, StreamsAreAlignedChecksummedAndReadBack) {
+  const fs::path p = temp_dir("streams") / "s.gcz";
+  std::mt19937 rng(1);
+  std::vector<uint16_t> a(100), b(3);
+  for (auto& v : a) v = static_cast<uint16_t>(rng());
+  for (auto& v : b) v = static_cast<uint16_t>(rng());
+  auto w = GczWriter::create(p.string());
+  ASSERT_TRUE(w);
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("a", {10, 10})));
+  const ByteBuffer ab = bytes_of(a), bb = bytes_of(b);
+  ASSERT_TRUE((*w)->append(0, ByteSpan(ab).first(60)));
+  ASSERT_TRUE((*w)->append(0, ByteSpan(ab).subspan(60)));
+  ASSERT_TRUE((*w)->end_tensor());
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("b", {3})));
+  ASSERT_TRUE((*w)->append(0, bb));
+  ASSERT_TRUE((*w)->end_tensor());
+  ASSERT_TRUE((*w)->finish({}));
+
+  auto r = GczReader::open(p.string());
+  ASSERT_TRUE(r) << r.status().message();
+  const auto& t = (*r)->index().tensors;
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].streams[0].offset, 64u);
+  EXPECT_EQ(t[1].streams[0].offset, detail::align_up(64 + 200));
+  EXPECT_EQ(read_all(**r, 0, 0), ab);
+  EXPECT_EQ(read_all(**r, 1, 0), bb);
+  EXPECT_EQ((*r)->find("b"), &t[1]);
+  EXPECT_EQ((*r)->find("c"), nullptr);
+  EXPECT_TRUE((*r)->verify(nullptr));
+}
+
+TEST(Container, ZstdIsKeptOnlyWhereItShrinks) {
+  const fs::path p = temp_dir("zstd") / "z.gcz";
+  std::mt19937 rng(2);
+  std::vector<uint16_t> zeros(4096, 0), noise(4096);
+  for (auto& v : noise) v = static_cast<uint16_t>(rng());
+  auto w = GczWriter::create(p.string());
+  ASSERT_TRUE(w);
+  const ByteBuffer zb = bytes_of(zeros), nb = bytes_of(noise);
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("zeros", {4096}, 3)));
+  for (int k = 0; k < 4; ++k) ASSERT_TRUE((*w)->append(0, ByteSpan(zb).subspan(k * 2048, 2048)));
+  ASSERT_TRUE((*w)->end_tensor());
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("noise", {4096}, 3)));
+  ASSERT_TRUE((*w)->append(0, nb));
+  ASSERT_TRUE((*w)->end_tensor());
+  ASSERT_TRUE((*w)->finish({}));
+  auto r = GczReader::open(p.string());
+  ASSERT_TRUE(r) << r.status().message();
+  const auto& t = (*r)->index().tensors;
+  EXPECT_EQ(t[0].streams[0].encoding, StreamEncoding::kZstd);
+  EXPECT_LT(t[0].streams[0].length, 200u);
+  EXPECT_EQ(t[1].streams[0].encoding, StreamEncoding::kRaw);
+  EXPECT_EQ(read_all(**r, 0, 0), zb);
+  EXPECT_EQ(read_all(**r, 1, 0), nb);
+  EXPECT_TRUE((*r)->verify(nullptr));
+}
+
+TEST(Container, SecondStreamsFollowTheFirstInLayoutOrder) {
+  const fs::path p = temp_dir("multi") / "m.gcz";
+  auto w = GczWriter::create(p.string());
+  ASSERT_TRUE(w);
+  TensorRecord rec = fp16_record("t", {4});
+  rec.streams = {{.name = "codes"}, {.name = "scales"}};
+  ASSERT_TRUE((*w)->begin_tensor(rec));
+  const ByteBuffer one(70, std::byte{1}), two(5, std::byte{2});
+  ASSERT_TRUE((*w)->append(1, two));  // interleaved appends, as a chunked codec makes them
+  ASSERT_TRUE((*w)->append(0, one));
+  ASSERT_TRUE((*w)->append(1, two));
+  auto stored = (*w)->end_tensor();
+  ASSERT_TRUE(stored);
+  const auto& s = (*stored)->streams;
+  EXPECT_EQ(s[0].offset, 64u);
+  EXPECT_EQ(s[0].length, 70u);
+  EXPECT_EQ(s[1].offset, 192u);
+  EXPECT_EQ(s[1].length, 10u);
+  ASSERT_TRUE((*w)->finish({}));
+  std::ifstream in(p, std::ios::binary);
+  std::vector<char> file((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(file[191], 0);
+  EXPECT_EQ(file[192], 2);
+  EXPECT_EQ(file[201], 2);
+}
+
+TEST(Container, EmptyAndScalarTensors) {
+  const fs::path p = temp_dir("edge") / "e.gcz";
+  auto w = GczWriter::create(p.string());
+  ASSERT_TRUE(w);
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("empty", {0, 5}, 3)));
+  ASSERT_TRUE((*w)->end_tensor());
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("scalar", {})));
+  const ByteBuffer one = bytes_of({0x3C00});
+  ASSERT_TRUE((*w)->append(0, one));
+  ASSERT_TRUE((*w)->end_tensor());
+  ASSERT_TRUE((*w)->finish({}));
+  auto r = GczReader::open(p.string());
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ((*r)->index().tensors[0].streams[0].length, 0u);
+  EXPECT_EQ((*r)->index().tensors[1].streams[0].offset, 64u);
+  EXPECT_EQ(read_all(**r, 1, 0), one);
+  EXPECT_TRUE((*r)->verify(nullptr));
+}
+
+TEST(Container, AbandonedWriteLeavesNothing) {
+  const fs::path d = temp_dir("abandon");
+  {
+    auto w = GczWriter::create((d / "x.gcz").string());
+    ASSERT_TRUE(w);
+    ASSERT_TRUE((*w)->begin_tensor(fp16_record("a", {1})));
+    ASSERT_TRUE((*w)->append(0, bytes_of({1})));
+  }
+  EXPECT_TRUE(fs::is_empty(d));
+}
+
+TEST(Container, CountingWriterMatchesTheFileSize) {
+  const fs::path p = temp_dir("count") / "c.gcz";
+  auto write = [](const std::string& path) {
+    auto w = GczWriter::create(path);
+    EXPECT_TRUE((*w)->begin_tensor(fp16_record("a", {100}, 5)));
+    std::vector<uint16_t> v(100);
+    for (int i = 0; i < 100; ++i) v[i] = static_cast<uint16_t>(i * 37);
+    EXPECT_TRUE((*w)->append(0, bytes_of(v)));
+    EXPECT_TRUE((*w)->end_tensor());
+    return *(*w)->finish({});
+  };
+  EXPECT_EQ(write(""), write(p.string()));
+  EXPECT_EQ(write(p.string()), fs::file_size(p));
+}
+
+TEST(Container, IndexJsonRoundTrips) {
+  FileIndex idx;
+  idx.producer = "gcz test";
+  idx.metadata["k"] = "v";
+  TensorRecord t = fp16_record("w", {2, 3});
+  t.seed = 0xFFFFFFFFFFFFFFFFull;
+  t.chain.push_back({"zstd", {{"level", int64_t{9}}}});
+  t.streams[0] = {"values", StreamEncoding::kZstd, 64, 10, 12, 0x0123456789abcdefull};
+  idx.tensors.push_back(t);
+  auto back = detail::parse_index(detail::serialize_index(idx), kFormatVersionMajor, "mem");
+  ASSERT_TRUE(back) << back.status().message();
+  const TensorRecord& b = back->tensors.at(0);
+  EXPECT_EQ(b.info.name, "w");
+  EXPECT_EQ(b.info.shape, (Shape{2, 3}));
+  EXPECT_EQ(b.seed, t.seed);
+  EXPECT_EQ(b.rng, kRngName);
+  EXPECT_EQ(chain_to_string(b.chain), "fp16+zstd:level=9");
+  EXPECT_EQ(b.streams[0].xxh3, 0x0123456789abcdefull);
+  EXPECT_EQ(b.streams[0].encoding, StreamEncoding::kZstd);
+  EXPECT_EQ(back->metadata.at("k"), "v");
+}
+
+}  // namespace
+}  // namespace gcz

@@ -1,0 +1,84 @@
+#include "gcz/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace gcz {
+namespace {
+
+TEST(Metrics, KnownValues) {
+  const std::vector<double> x = {3.0, 4.0, 0.0, 0.0};
+  const std::vector<double> y = {3.0, 3.0, 0.0, 1.0};  // error (0, -1, 0, 1)
+  MetricsAccumulator acc;
+  acc.add(DType::kFloat64, x.data(), y.data(), x.size());
+  Metrics m = acc.finish(32, 8);
+  EXPECT_DOUBLE_EQ(m.ratio, 4.0);
+  EXPECT_DOUBLE_EQ(m.bits_per_element, 16.0);
+  EXPECT_DOUBLE_EQ(m.rel_l2, std::sqrt(2.0) / 5.0);
+  EXPECT_DOUBLE_EQ(m.cosine, 21.0 / (5.0 * std::sqrt(19.0)));
+  EXPECT_DOUBLE_EQ(m.norm_ratio, std::sqrt(19.0) / 5.0);
+  EXPECT_DOUBLE_EQ(m.max_abs_error, 1.0);
+  EXPECT_DOUBLE_EQ(m.snr_db, 10.0 * std::log10(25.0 / 2.0));
+  EXPECT_DOUBLE_EQ(m.mean_error, 0.0);
+  EXPECT_EQ(m.nonfinite, 0u);
+}
+
+TEST(Metrics, ChunksAndMergeEqualOnePass) {
+  std::vector<float> x(1000), y(1000);
+  for (int i = 0; i < 1000; ++i) {
+    x[i] = std::sin(0.1f * i);
+    y[i] = x[i] + 0.01f * std::cos(0.3f * i);
+  }
+  MetricsAccumulator whole, a, b;
+  whole.add(DType::kFloat32, x.data(), y.data(), 1000);
+  a.add(DType::kFloat32, x.data(), y.data(), 300);
+  b.add(DType::kFloat32, x.data() + 300, y.data() + 300, 700);
+  a.merge(b);
+  Metrics m1 = whole.finish(4000, 2000), m2 = a.finish(4000, 2000);
+  EXPECT_NEAR(m1.rel_l2, m2.rel_l2, 1e-12);
+  EXPECT_NEAR(m1.cosine, m2.cosine, 1e-12);
+  EXPECT_EQ(m1.max_abs_error, m2.max_abs_error);
+  EXPECT_EQ(m1.numel, 1000u);
+}
+
+TEST(Metrics, ZeroAndLosslessConventions) {
+  const std::vector<float> z(8, 0.0f);
+  MetricsAccumulator acc;
+  acc.add(DType::kFloat32, z.data(), z.data(), z.size());
+  Metrics m = acc.finish(32, 32);
+  EXPECT_EQ(m.rel_l2, 0.0);
+  EXPECT_EQ(m.cosine, 1.0);
+  EXPECT_EQ(m.norm_ratio, 1.0);
+  EXPECT_TRUE(std::isinf(m.snr_db));
+}
+
+TEST(Metrics, NonFiniteInputIsCountedAndExcluded) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {1.0f, std::nanf(""), inf, 2.0f};
+  const std::vector<float> y = {1.0f, std::nanf(""), inf, 2.0f};
+  MetricsAccumulator acc;
+  acc.add(DType::kFloat32, x.data(), y.data(), x.size());
+  Metrics m = acc.finish(16, 8);
+  EXPECT_EQ(m.nonfinite, 2u);
+  EXPECT_EQ(m.rel_l2, 0.0);
+  EXPECT_NEAR(m.cosine, 1.0, 1e-15);
+  EXPECT_FALSE(std::isnan(m.mean_error));
+}
+
+TEST(Metrics, HalfPrecisionInputs) {
+  const std::vector<uint16_t> x = {0x3C00, 0x4000};  // fp16 1, 2
+  const std::vector<uint16_t> y = {0x3C00, 0x3C00};
+  MetricsAccumulator acc;
+  acc.add(DType::kFloat16, x.data(), y.data(), 2);
+  EXPECT_DOUBLE_EQ(acc.finish(4, 4).max_abs_error, 1.0);
+  const std::vector<uint16_t> bx = {0x3F80, 0x4000};  // bf16 1, 2
+  MetricsAccumulator bacc;
+  bacc.add(DType::kBFloat16, bx.data(), bx.data(), 2);
+  EXPECT_DOUBLE_EQ(bacc.finish(4, 4).rel_l2, 0.0);
+}
+
+}  // namespace
+}  // namespace gcz
