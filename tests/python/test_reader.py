@@ -1,0 +1,615 @@
+"""Cross-checks the independent Python reader (samples/python/gczread.py) against the C++ gcz tool.
+
+For files written by `gcz encode`, gczread must decode every tensor to the same bits as
+`gcz decode`, and agree with `gcz info --json` on names, shapes, dtypes, codec chains and streams.
+Corrupted copies must be rejected with GczFormatError naming the FORMAT.md §6 rule (the same rule
+`gcz verify` names).
+
+Needs: numpy, pytest, xxhash, zstandard, and the gcz binary: $GCZ_BIN, default <repo>/build/gcz.
+Run: python3 -m pytest -q tests/python/test_reader.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "samples" / "python"))
+
+pytest.importorskip("xxhash", reason="gczread needs xxhash for XXH3-64: pip install xxhash")
+pytest.importorskip("zstandard", reason="zstd streams need zstandard: pip install zstandard")
+import xxhash  # noqa: E402
+import zstandard  # noqa: E402
+
+import gczread  # noqa: E402
+from gczread import GczFile, GczFormatError  # noqa: E402
+
+GCZ = Path(os.environ.get("GCZ_BIN", str(REPO / "build" / "gcz")))
+pytestmark = pytest.mark.skipif(
+    not (GCZ.is_file() and os.access(GCZ, os.X_OK)),
+    reason=f"gcz binary not found at {GCZ}: build it (cmake, target gcz_cli) or set GCZ_BIN",
+)
+
+SAMPLES = REPO / "samples" / "grads"
+SPECS = ["none", "fp32", "fp16", "bf16", "fp16+zstd", "bf16+zstd:level=9", "none+zstd"]
+SAMPLE_INPUTS = ["step_0000.safetensors", "step_0000_bf16.safetensors"]
+
+ST_DTYPE = {"float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64"}
+UINT = {"float16": np.uint16, "bfloat16": np.uint16, "float32": np.uint32, "float64": np.uint64}
+# CODECS.md: which codecs are lossless for which original dtype.
+LOSSLESS = {
+    "none": {"float16", "bfloat16", "float32", "float64"},
+    "fp32": {"float16", "bfloat16", "float32"},
+    "fp16": {"float16"},
+    "bf16": {"bfloat16"},
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+
+
+def gcz(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(GCZ), *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError(f"gcz {' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
+    return r
+
+
+def read_safetensors(path: Path) -> dict:
+    """{name: (dtype, shape, bytes)} of a safetensors file (the format is 8 + JSON + data)."""
+    data = path.read_bytes()
+    (n,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = (t["dtype"], list(t["shape"]), data[base + a:base + b])
+    return out
+
+
+def write_safetensors(path: Path, tensors: dict) -> None:
+    """tensors: {name: (ST dtype, shape, uint array of bits)}."""
+    header, blobs, off = {}, [], 0
+    for name, (dt, shape, bits) in tensors.items():
+        b = np.ascontiguousarray(bits).astype(bits.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def encode(tmp: Path, src: Path, spec: str, tag: str) -> Path:
+    out = tmp / f"{tag}_{spec.replace(':', '_').replace('=', '')}.gcz"
+    gcz("encode", str(src), "-o", str(out), "-c", spec, "-q")
+    return out
+
+
+def fmt_masks(dtype: str):
+    f = gczread.FMTS[dtype]
+    exp = ((1 << f.exp_bits) - 1) << f.frac_bits
+    frac = (1 << f.frac_bits) - 1
+    return f, exp, frac
+
+
+def is_nan_bits(u: np.ndarray, dtype: str) -> np.ndarray:
+    _, exp, frac = fmt_masks(dtype)
+    t = UINT[dtype]
+    return ((u & t(exp)) == t(exp)) & ((u & t(frac)) != 0)
+
+
+def special_bits(dtype: str, n_random: int = 4000, seed: int = 7) -> np.ndarray:
+    """Zeros, subnormals, normal extremes, Inf, quiet/signalling NaNs with payloads and signs,
+    and random bit patterns (which hit every exponent, including subnormals and NaNs)."""
+    f, exp, frac = fmt_masks(dtype)
+    sign = 1 << (f.bits - 1)
+    quiet = 1 << (f.frac_bits - 1)
+    vals = [0, sign, 1, sign | 1, frac, sign | frac, 1 << f.frac_bits, exp - 1, sign | (exp - 1),
+            exp, sign | exp, exp | quiet, sign | exp | quiet, exp | 1, sign | exp | 1,
+            exp | (quiet - 1), exp | frac, sign | exp | frac, exp | quiet | 5]
+    rng = np.random.default_rng(seed)
+    rnd = rng.integers(0, 1 << min(f.bits, 63), size=n_random, dtype=np.uint64)
+    if f.bits == 64:
+        rnd |= rng.integers(0, 2, size=n_random, dtype=np.uint64) << np.uint64(63)
+    return np.concatenate([np.array(vals, dtype=np.uint64), rnd]).astype(UINT[dtype])
+
+
+def check_against_cpp(path: Path, tmp: Path) -> dict:
+    """Decode `path` with gcz and gczread; assert the same names, shapes, dtypes and bits, and that
+    gczread's index view matches `gcz info --json`. Returns {name: gczread bits}."""
+    out_st = tmp / (path.stem + ".decoded.safetensors")
+    gcz("decode", str(path), "-o", str(out_st))
+    cpp = read_safetensors(out_st)
+    info = json.loads(gcz("info", str(path), "--json").stdout)
+    mine = {}
+    with GczFile(path) as f:
+        assert f.tensors == [t["name"] for t in info["tensors"]]
+        assert sorted(f.tensors) == sorted(cpp)
+        assert f.producer == info["producer"]
+        assert f.file_size == path.stat().st_size == info["file_size"]
+        for t in info["tensors"]:
+            name = t["name"]
+            ti = f.info(name)
+            assert ti.dtype == t["dtype"]
+            assert list(ti.shape) == t["shape"]
+            assert [dict(s) for s in ti.codec] == t["codec"]
+            assert ti.seed == t["seed"] and ti.rng == t["rng"]
+            assert [vars(s) for s in ti.streams] == t["streams"]
+
+            bits = f.read_bits(name)
+            st_dtype, st_shape, st_bytes = cpp[name]
+            assert st_dtype == ST_DTYPE[ti.dtype]
+            assert st_shape == list(ti.shape) == list(bits.shape)
+            assert bits.dtype == UINT[ti.dtype]
+            assert bits.astype(bits.dtype.newbyteorder("<")).tobytes() == st_bytes, \
+                f"{path.name}: tensor {name!r} decodes to different bits than gcz decode"
+
+            arr = f.read(name)
+            if ti.dtype == "bfloat16":
+                assert arr.dtype == np.uint16 and np.array_equal(arr, bits)
+                wide = f.read(name, widen=True)
+                assert wide.dtype == np.float32 and wide.shape == bits.shape
+                ok = ~is_nan_bits(bits, "bfloat16")
+                assert np.array_equal(wide.view(np.uint32)[ok], bits.astype(np.uint32)[ok] << 16)
+                assert np.isnan(wide[~ok]).all()
+            else:
+                assert arr.dtype == np.dtype(ti.dtype) and arr.shape == bits.shape
+                assert np.array_equal(arr.view(bits.dtype), bits)
+            mine[name] = bits
+        summary = f.verify()
+        assert summary["tensors"] == len(info["tensors"])
+    return mine
+
+
+def assert_lossless(decoded: np.ndarray, original: np.ndarray, dtype: str, same_format: bool):
+    """Lossless per CODECS.md: identical bits, except that a NaN converted through another format
+    is a NaN of the same sign with the quiet bit set (the NaN rule of 'Element conversions')."""
+    original = original.reshape(decoded.shape)
+    if same_format:
+        assert np.array_equal(decoded, original)
+        return
+    f = gczread.FMTS[dtype]
+    nan = is_nan_bits(original, dtype)
+    assert np.array_equal(decoded[~nan], original[~nan])
+    assert is_nan_bits(decoded[nan], dtype).all()
+    t = UINT[dtype]
+    sign, quiet = t(1 << (f.bits - 1)), t(1 << (f.frac_bits - 1))
+    assert np.array_equal(decoded[nan] & sign, original[nan] & sign)
+    assert ((decoded[nan] & quiet) != 0).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. the sample gradients, every codec spec
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("sample", SAMPLE_INPUTS)
+def test_samples_match_cpp_decoder(tmp_path, sample, spec):
+    src = SAMPLES / sample
+    if not src.is_file():
+        pytest.skip(f"sample input {src} is missing")
+    path = encode(tmp_path, src, spec, Path(sample).stem)
+    mine = check_against_cpp(path, tmp_path)
+
+    original = read_safetensors(src)
+    element = spec.split("+")[0]
+    for name, bits in mine.items():
+        st_dtype, shape, raw = original[name]
+        dtype = {v: k for k, v in ST_DTYPE.items()}[st_dtype]
+        assert list(bits.shape) == shape
+        if dtype in LOSSLESS[element]:
+            assert_lossless(bits, np.frombuffer(raw, dtype=np.dtype(UINT[dtype]).newbyteorder("<")),
+                            dtype, same_format=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. special values: NaN (quiet, signalling, payloads, signs), Inf, subnormals, 0-d, empty tensors
+
+
+def make_special_input(tmp: Path, dtype: str) -> tuple[Path, dict]:
+    """An input holding special values of `dtype`; returns (path, {name: original bits})."""
+    bits = special_bits(dtype)
+    rng = np.random.default_rng(11)
+    tensors = {
+        "special": bits,
+        "cube": bits[: 7 * 5 * 3].reshape(7, 5, 3),
+        "scalar": bits[3:4].reshape(()),
+        "empty": bits[:0].reshape(0, 3),
+        "empty1d": bits[:0],
+    }
+    if dtype == "float64":
+        # Float16 and float32 rounding midpoints, exactly and nudged by far less than a float32
+        # ulp: rounding via float32 (double rounding) would get about half of them wrong.
+        mids = []
+        for ftype, utype, top in ((np.float16, np.uint16, 0x7BFF), (np.float32, np.uint32,
+                                                                     0x7F7FFFFF)):
+            lo = np.unique(rng.integers(1, top, size=600).astype(utype))
+            a = lo.view(ftype).astype(np.float64)
+            b = (lo + utype(1)).view(ftype).astype(np.float64)
+            mid, tiny = (a + b) / 2, (b - a) * 2.0 ** -32
+            mids += [mid, mid + tiny, mid - tiny, -(mid + tiny)]
+        x = np.concatenate(mids + [rng.standard_normal(500) * 1e-5, [1e300, -1e-300, 65520.0]])
+        tensors["midpoints"] = x.view(np.uint64)
+    if dtype == "bfloat16":  # numpy cannot write bfloat16 .npy: use safetensors
+        path = tmp / "special_bf16.safetensors"
+        write_safetensors(path, {k: ("BF16", v.shape, v) for k, v in tensors.items()})
+    else:
+        path = tmp / f"special_{dtype}"
+        path.mkdir()
+        for k, v in tensors.items():
+            np.save(path / f"{k}.npy", v.view(np.dtype(dtype)))
+    return path, tensors
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("dtype", ["float16", "float64", "float32", "bfloat16"])
+def test_special_values_match_cpp_decoder(tmp_path, dtype, spec):
+    src, originals = make_special_input(tmp_path, dtype)
+    path = encode(tmp_path, src, spec, "special_" + dtype)
+    mine = check_against_cpp(path, tmp_path)
+    assert sorted(mine) == sorted(originals)
+
+    element = spec.split("+")[0]
+    stored = gczread.CAST_CODECS[element] or dtype
+    for name, bits in mine.items():
+        assert bits.shape == originals[name].shape
+        if dtype in LOSSLESS[element]:
+            assert_lossless(bits, originals[name], dtype, same_format=(stored == dtype))
+    if dtype == "float64" and element in ("fp16", "fp32"):
+        # CODECS.md: one rounding from the float64 value (numpy's astype rounds directly, RNE).
+        x = originals["midpoints"].view(np.float64)
+        with np.errstate(over="ignore"):
+            ref = x.astype(np.float16 if element == "fp16" else np.float32).astype(np.float64)
+        assert np.array_equal(mine["midpoints"].view(np.float64), ref)
+
+
+def test_conversion_rules_examples():
+    """A few hand-checked conversions of CODECS.md, independent of the C++ tool."""
+    cb = gczread.convert_bits
+    u16, u32 = np.uint16, np.uint32
+    # float32 -> bfloat16, round to nearest even; overflow to Inf; NaN keeps sign, gets quiet bit
+    f = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0xFF800001, 0x7F800000,
+                  0x00000001, 0x80000000], dtype=u32)
+    assert cb(f, "float32", "bfloat16").tolist() == [0x3F80, 0x3F82, 0x3F81, 0x7F80, 0xFFC0,
+                                                    0x7F80, 0x0000, 0x8000]
+    # float32 -> float16: ties to even, overflow, subnormal results, signalling NaN quietened
+    f = np.array([0x3F801000, 0x3F803000, 0x477FF000, 0x477FEFFF, 0x33000000, 0x33000001,
+                  0xB3000000, 0x7F800001, 0x7FFFFFFF], dtype=u32)
+    assert cb(f, "float32", "float16").tolist() == [0x3C00, 0x3C02, 0x7C00, 0x7BFF, 0x0000,
+                                                   0x0001, 0x8000, 0x7E00, 0x7FFF]
+    # float16 -> float32 / float64: exact, subnormals included; NaN payload moved up, quietened
+    h = np.array([0x0001, 0x83FF, 0x7C00, 0x7C01, 0xFE00], dtype=u16)
+    assert cb(h, "float16", "float32").tolist() == [0x33800000, 0xB87FC000, 0x7F800000,
+                                                   0x7FC02000, 0xFFC00000]
+    assert cb(h, "float16", "float64").view(np.float64)[:3].tolist() == [2.0 ** -24,
+                                                                        -(1023 / 1024) * 2.0 ** -14,
+                                                                        np.inf]
+    assert cb(h, "float16", "float64")[3] == 0x7FF8040000000000
+    # bfloat16 -> float16: one rounding (bf16 1+2^-7 is exact in f16; 2^-25 ties to 0, even)
+    b = np.array([0x3F81, 0x3300, 0x3301, 0x4780], dtype=u16)
+    assert cb(b, "bfloat16", "float16").tolist() == [0x3C08, 0x0000, 0x0001, 0x7C00]
+    # float16 -> bfloat16: 1 + 2^-8 + 2^-10 rounds up; 1 + 2^-8 is a tie, goes to even
+    h = np.array([0x3C05, 0x3C04, 0x3C0C], dtype=u16)
+    assert cb(h, "float16", "bfloat16").tolist() == [0x3F81, 0x3F80, 0x3F82]
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. rejection of corrupted files
+
+
+def _trailer(data: bytes):
+    return struct.unpack_from("<QQQ", data, len(data) - 32)
+
+
+def _with_index(data: bytes, index: bytes) -> bytes:
+    """Replace the index (fixing up the trailer, checksum included)."""
+    off, length, _ = _trailer(data)
+    tr = struct.pack("<QQQ", off, len(index), xxhash.xxh3_64_intdigest(index)) + b"\x89GCZEND\n"
+    return data[:off] + index + tr
+
+
+def _edit_index(fn):
+    def apply(data: bytes) -> bytes:
+        off, length, _ = _trailer(data)
+        j = json.loads(data[off:off + length])
+        fn(j)
+        return _with_index(data, json.dumps(j, separators=(",", ":")).encode())
+    return apply
+
+
+def _raw_index(fn):
+    def apply(data: bytes) -> bytes:
+        off, length, _ = _trailer(data)
+        return _with_index(data, fn(data[off:off + length]))
+    return apply
+
+
+def _relayout(fn, pad: int = 0):
+    """Rebuild the data section after fn(index, {(tensor, stream): stored bytes}) edited it;
+    offsets, lengths and checksums are recomputed so that only the intended fault remains."""
+    def apply(data: bytes) -> bytes:
+        off, length, _ = _trailer(data)
+        j = json.loads(data[off:off + length])
+        blobs = {(ti, si): data[s["offset"]:s["offset"] + s["length"]]
+                 for ti, t in enumerate(j["tensors"]) for si, s in enumerate(t["streams"])}
+        fn(j, blobs)
+        out = bytearray(data[:64])
+        for ti, t in enumerate(j["tensors"]):
+            for si, s in enumerate(t["streams"]):
+                out += bytes([pad]) * (-len(out) % 64)
+                b = blobs[(ti, si)]
+                s["offset"], s["length"] = len(out), len(b)
+                s["xxh3"] = "%016x" % xxhash.xxh3_64_intdigest(b)
+                out += b
+        out += b"\0" * (-len(out) % 64)
+        idx = json.dumps(j, separators=(",", ":")).encode()
+        return (bytes(out) + idx + struct.pack("<QQQ", len(out), len(idx), xxhash.xxh3_64_intdigest(
+            idx)) + b"\x89GCZEND\n")
+    return apply
+
+
+def _flip(pos_fn, mask: int = 0x01):
+    def apply(data: bytes) -> bytes:
+        b = bytearray(data)
+        b[pos_fn(data)] ^= mask
+        return bytes(b)
+    return apply
+
+
+def _set(pos: int, fmt: str, value_fn):
+    def apply(data: bytes) -> bytes:
+        b = bytearray(data)
+        p = pos if pos >= 0 else len(b) + pos
+        struct.pack_into(fmt, b, p, value_fn(struct.unpack_from(fmt, b, p)[0]))
+        return bytes(b)
+    return apply
+
+
+def _zstd_stream_index(data: bytes) -> int:
+    off, length, _ = _trailer(data)
+    j = json.loads(data[off:off + length])
+    return next(i for i, t in enumerate(j["tensors"]) if t["streams"][0]["encoding"] == "zstd")
+
+
+def _stream_byte(encoding: str):
+    def pos(data: bytes) -> int:
+        off, length, _ = _trailer(data)
+        j = json.loads(data[off:off + length])
+        s = next(t["streams"][0] for t in j["tensors"]
+                 if t["streams"][0]["encoding"] == encoding and t["streams"][0]["length"] > 0)
+        return s["offset"] + s["length"] // 2
+    return pos
+
+
+def _zstd_edit(fn):
+    def edit(j, blobs):
+        ti = next(i for i, t in enumerate(j["tensors"]) if t["streams"][0]["encoding"] == "zstd")
+        blobs[(ti, 0)] = fn(blobs[(ti, 0)], j["tensors"][ti])
+    return _relayout(edit)
+
+
+def _unzstd(b: bytes) -> bytes:
+    return zstandard.ZstdDecompressor().decompressobj().decompress(b)
+
+
+T0 = lambda j: j["tensors"][0]  # noqa: E731
+
+# (id, corruption, expected rule, when: "open" | "read" | "verify")
+CORRUPTIONS = [
+    ("truncate-to-95", lambda d: d[:95], "too-small", "open"),
+    ("truncate-last-byte", lambda d: d[:-1], "bad-end-magic", "open"),
+    ("truncate-half", lambda d: d[: len(d) // 2], "bad-end-magic", "open"),
+    ("magic-byte", _flip(lambda d: 1), "bad-magic", "open"),
+    ("magic-first-byte", _flip(lambda d: 0, 0x80), "bad-magic", "open"),
+    ("version-major-2", _set(8, "<H", lambda v: 2), "bad-version", "open"),
+    ("version-major-0", _set(8, "<H", lambda v: 0), "bad-version", "open"),
+    ("flags", _set(12, "<I", lambda v: 1), "reserved-nonzero", "open"),
+    ("reserved", _flip(lambda d: 40), "reserved-nonzero", "open"),
+    ("end-magic", _flip(lambda d: len(d) - 3), "bad-end-magic", "open"),
+    ("index-length-0", _set(-24, "<Q", lambda v: 0), "index-too-large", "open"),
+    ("index-length-huge", _set(-24, "<Q", lambda v: 1 << 40), "index-too-large", "open"),
+    ("index-offset+1", _set(-32, "<Q", lambda v: v + 1), "index-out-of-range", "open"),
+    ("index-offset+64", _set(-32, "<Q", lambda v: v + 64), "index-out-of-range", "open"),
+    ("index-offset-0", _set(-32, "<Q", lambda v: 0), "index-out-of-range", "open"),
+    ("index-length+1", _set(-24, "<Q", lambda v: v + 1), "index-out-of-range", "open"),
+    ("index-checksum-field", _flip(lambda d: len(d) - 16), "index-checksum", "open"),
+    ("index-byte", _flip(lambda d: _trailer(d)[0] + 20), "index-checksum", "open"),
+    ("index-not-json", _raw_index(lambda b: b[:-1]), "index-json", "open"),
+    ("index-bad-utf8", _raw_index(lambda b: b.replace(b'"gcz"', b'"g\xffz"', 1)), "index-json",
+     "open"),
+    ("index-array", _raw_index(lambda b: b"[" + b + b"]"), "index-json", "open"),
+    ("index-nan", _raw_index(lambda b: b.replace(b'"seed":0', b'"seed":NaN', 1)), "index-json",
+     "open"),
+    ("format-wrong", _edit_index(lambda j: j.update(format="gcx")), "index-schema", "open"),
+    ("version-mismatch", _edit_index(lambda j: j.update(version=2)), "index-schema", "open"),
+    ("no-tensors-key", _edit_index(lambda j: j.pop("tensors")), "index-schema", "open"),
+    ("no-producer", _edit_index(lambda j: j.pop("producer")), "index-schema", "open"),
+    ("metadata-not-strings", _edit_index(lambda j: j.update(metadata={"a": 1})), "index-schema",
+     "open"),
+    ("seed-float", _raw_index(lambda b: b.replace(b'"seed":0', b'"seed":0.0', 1)), "index-schema",
+     "open"),
+    ("seed-2^64", _edit_index(lambda j: T0(j).update(seed=1 << 64)), "index-schema", "open"),
+    ("shape-negative", _edit_index(lambda j: T0(j).update(shape=[-1])), "index-schema", "open"),
+    ("codec-empty", _edit_index(lambda j: T0(j).update(codec=[])), "index-schema", "open"),
+    ("xxh3-uppercase", _edit_index(lambda j: T0(j)["streams"][0].update(
+        xxh3="ABCDEF0123456789")), "index-schema", "open"),
+    ("duplicate-name", _edit_index(lambda j: j["tensors"][1].update(name=T0(j)["name"])),
+     "duplicate-name", "open"),
+    ("empty-name", _edit_index(lambda j: T0(j).update(name="")), "duplicate-name", "open"),
+    ("long-name", _edit_index(lambda j: T0(j).update(name="n" * 4097)), "duplicate-name", "open"),
+    ("dtype-int8", _edit_index(lambda j: T0(j).update(dtype="int8")), "bad-dtype", "open"),
+    ("shape-33-dims", _edit_index(lambda j: T0(j).update(shape=[1] * 33)), "bad-shape", "open"),
+    ("shape-2^48+", _edit_index(lambda j: T0(j).update(shape=[1 << 24, (1 << 24) + 1])),
+     "bad-shape", "open"),
+    ("codec-unknown", _edit_index(lambda j: T0(j)["codec"][0].update(name="qsgd9")),
+     "unknown-codec", "open"),
+    ("codec-params", _edit_index(lambda j: T0(j)["codec"][0].update(params={"k": 1})),
+     "unknown-codec", "open"),
+    ("zstd-first", _edit_index(lambda j: T0(j)["codec"].reverse()), "unknown-codec", "open"),
+    ("stage-unknown", _edit_index(lambda j: T0(j)["codec"][1].update(name="lz4")),
+     "unknown-codec", "open"),
+    ("stream-renamed", _edit_index(lambda j: T0(j)["streams"][0].update(name="vals")),
+     "bad-streams", "open"),
+    ("stream-missing", _edit_index(lambda j: T0(j).update(streams=[])), "bad-streams", "open"),
+    ("encoding-unknown", _edit_index(lambda j: T0(j)["streams"][0].update(encoding="lz4")),
+     "bad-encoding", "open"),
+    ("stream-offset", _edit_index(lambda j: j["tensors"][1]["streams"][0].update(
+        offset=j["tensors"][1]["streams"][0]["offset"] + 64)), "stream-out-of-range", "open"),
+    ("stream-past-index", _edit_index(lambda j: _grow_last(j, 10 ** 6)), "stream-out-of-range",
+     "open"),
+    ("unindexed-bytes", _edit_index(lambda j: j["tensors"].pop()), "stream-out-of-range", "open"),
+    ("stream-size", _edit_index(lambda j: T0(j)["streams"][0].update(
+        size=T0(j)["streams"][0]["size"] + 2)), "stream-size", "open"),
+    ("zstd-size-ratio", _edit_index(lambda j: j["tensors"][_zstd_idx(j)].update(
+        shape=[65536 * j["tensors"][_zstd_idx(j)]["streams"][0]["length"] + 2]) or
+        j["tensors"][_zstd_idx(j)]["streams"][0].update(
+        size=2 * (65536 * j["tensors"][_zstd_idx(j)]["streams"][0]["length"] + 2))),
+     "stream-size", "open"),
+    ("raw-stream-byte", _flip(_stream_byte("raw")), "stream-checksum", "read"),
+    ("zstd-stream-byte", _flip(_stream_byte("zstd")), "stream-checksum", "read"),
+    ("stream-xxh3-field", _edit_index(lambda j: T0(j)["streams"][0].update(xxh3="0" * 16)),
+     "stream-checksum", "read"),
+    ("zstd-trailing-bytes", _zstd_edit(lambda b, t: b + b"\0\0\0"), "zstd-frame", "read"),
+    ("zstd-two-frames", _zstd_edit(lambda b, t: b + zstandard.ZstdCompressor().compress(b"")),
+     "zstd-frame", "read"),
+    ("zstd-truncated", _zstd_edit(lambda b, t: b[:-5]), "zstd-frame", "read"),
+    ("zstd-short-content", _zstd_edit(lambda b, t: zstandard.ZstdCompressor(
+        write_content_size=False).compress(_unzstd(b)[:-2])), "zstd-frame", "read"),
+    ("zstd-long-content", _zstd_edit(lambda b, t: zstandard.ZstdCompressor(
+        write_content_size=False).compress(_unzstd(b) + b"xy")), "zstd-frame", "read"),
+    ("zstd-declared-size", _zstd_edit(lambda b, t: zstandard.ZstdCompressor(
+        write_content_size=True).compress(_unzstd(b)[:-2])), "zstd-frame", "read"),
+    ("zstd-skippable-frame", _zstd_edit(lambda b, t: bytes.fromhex("505e2a18") + struct.pack(
+        "<I", 2) + b"ab" + b), "zstd-frame", "read"),
+    ("zstd-not-a-frame", _zstd_edit(lambda b, t: b"\0" * len(b)), "zstd-frame", "read"),
+    ("nonzero-padding", _relayout(lambda j, b: None, pad=0x5A), "nonzero-padding", "verify"),
+]
+
+
+def _grow_last(j, extra: int) -> None:
+    """Make the last tensor's (raw) stream consistent but `extra` bytes longer than the file."""
+    t = j["tensors"][-1]
+    s = t["streams"][0]
+    n = (s["length"] + extra) // 2
+    t.update(shape=[n], codec=[{"name": "fp16", "params": {}}])
+    s.update(encoding="raw", length=2 * n, size=2 * n)
+
+
+def _zstd_idx(j) -> int:
+    return next(i for i, t in enumerate(j["tensors"]) if t["streams"][0]["encoding"] == "zstd")
+
+
+@pytest.fixture(scope="module")
+def victim(tmp_path_factory) -> bytes:
+    """fp16+zstd of the step-0 gradients: has both zstd and raw streams, and padding."""
+    tmp = tmp_path_factory.mktemp("victim")
+    path = encode(tmp, SAMPLES / "step_0000.safetensors", "fp16+zstd", "victim")
+    data = path.read_bytes()
+    off, length, _ = _trailer(data)
+    encs = {t["streams"][0]["encoding"] for t in json.loads(data[off:off + length])["tensors"]}
+    assert encs == {"raw", "zstd"}, encs
+    return data
+
+
+@pytest.mark.parametrize("case,corrupt,rule,when", CORRUPTIONS, ids=[c[0] for c in CORRUPTIONS])
+def test_rejects_corruption(tmp_path, victim, case, corrupt, rule, when):
+    path = tmp_path / f"{case}.gcz"
+    path.write_bytes(corrupt(victim))
+
+    def everything():
+        with GczFile(path) as f:
+            if when == "verify":
+                for name in f.tensors:  # decoding alone does not look at padding
+                    f.read(name)
+                f.verify()
+            else:
+                for name in f.tensors:
+                    f.read(name)
+
+    if when != "open":
+        with GczFile(path) as f:  # the structure is fine: opening succeeds
+            assert f.tensors
+    with pytest.raises(GczFormatError) as ei:
+        everything()
+    assert ei.value.rule == rule
+    assert str(ei.value).startswith(rule + ":"), str(ei.value)
+
+    # The C++ tool names the same rule.
+    r = gcz("verify", str(path), check=False)
+    assert r.returncode != 0
+    assert f"{rule}:" in r.stderr, r.stderr
+
+
+def test_accepts_minor_versions_and_unknown_keys(tmp_path, victim):
+    data = _set(10, "<H", lambda v: 7)(victim)  # version_minor 7
+    data = _edit_index(lambda j: (j.update(future_key={"x": [1, 2.5]}),
+                                  T0(j).update(future_tensor_key=1),
+                                  T0(j)["streams"][0].update(future_stream_key="y"),
+                                  T0(j).pop("metrics", None)))(data)
+    path = tmp_path / "minor.gcz"
+    path.write_bytes(data)
+    with GczFile(path) as f:
+        assert f.version == (1, 7)
+        f.verify()
+    gcz("verify", str(path))
+
+
+def test_known_disagreements_with_cpp(tmp_path, victim):
+    """Files the spec forbids but gcz 0.1.0 accepts (gczread follows the spec): a zstd stage with
+    no level or a level outside 1..22, and an empty zstd stream (not 'exactly one zstd frame')."""
+    cases = {
+        "zstd-no-level": _edit_index(lambda j: T0(j)["codec"][1].update(params={})),
+        "zstd-level-23": _edit_index(lambda j: T0(j)["codec"][1].update(params={"level": 23})),
+        "zstd-empty": _zstd_edit(lambda b, t: t.update(shape=[0]) or t["streams"][0].update(
+            size=0) or b""),
+    }
+    rules = {"zstd-no-level": "unknown-codec", "zstd-level-23": "unknown-codec",
+             "zstd-empty": "zstd-frame"}
+    for case, corrupt in cases.items():
+        path = tmp_path / f"{case}.gcz"
+        path.write_bytes(corrupt(victim))
+        with pytest.raises(GczFormatError) as ei:
+            with GczFile(path) as f:
+                f.verify()
+        assert ei.value.rule == rules[case]
+
+
+def test_missing_zstandard_is_a_clear_error(monkeypatch, victim, tmp_path):
+    path = tmp_path / "v.gcz"
+    path.write_bytes(victim)
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # makes `import zstandard` fail
+    with GczFile(path) as f:
+        zname = next(n for n in f.tensors if f.info(n).streams[0].encoding == "zstd")
+        rname = next(n for n in f.tensors if f.info(n).streams[0].encoding == "raw")
+        f.read(rname)  # raw streams do not need it
+        with pytest.raises(ImportError, match="pip install zstandard"):
+            f.read(zname)
+
+
+def test_command_line_lists_tensors(tmp_path, victim):
+    path = tmp_path / "v.gcz"
+    path.write_bytes(victim)
+    r = subprocess.run([sys.executable, str(REPO / "samples" / "python" / "gczread.py"), str(path),
+                        "--verify"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for name in ("embed.weight", "head.bias", "blocks.1.mlp.fc2.weight"):
+        assert name in r.stdout
+    assert "verify: ok" in r.stdout
+    bad = tmp_path / "bad.gcz"
+    bad.write_bytes(victim[:-1])
+    r = subprocess.run([sys.executable, str(REPO / "samples" / "python" / "gczread.py"), str(bad)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "bad-end-magic" in r.stderr
