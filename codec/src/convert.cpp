@@ -10,63 +10,81 @@ static_assert(std::endian::native == std::endian::little, "gcz assumes a little-
 namespace gcz {
 namespace {
 
-using detail::bf16_to_f32;
-using detail::f16_to_f32;
+// Element types as stored: float16 and bfloat16 are their 16-bit patterns.
+struct F16 { uint16_t bits; };
+struct BF16 { uint16_t bits; };
 
-// Widens any dtype to float (float16/bfloat16/float32) exactly; float64 is handled separately.
-float narrow_to_f32(DType from, const void* src, std::size_t i) {
-  switch (from) {
-    case DType::kFloat16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
-    case DType::kBFloat16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
-    case DType::kFloat32: return static_cast<const float*>(src)[i];
-    case DType::kFloat64: return detail::f64_to_f32(static_cast<const double*>(src)[i]);
+// Loads widen exactly; float64 goes straight to the narrow formats (one rounding, CODECS.md).
+inline float load_f32(F16 v) { return detail::f16_to_f32(v.bits); }
+inline float load_f32(BF16 v) { return detail::bf16_to_f32(v.bits); }
+inline float load_f32(float v) { return v; }
+
+template <class To>
+inline To store(float v);
+template <>
+inline F16 store<F16>(float v) { return {detail::f32_to_f16(v)}; }
+template <>
+inline BF16 store<BF16>(float v) { return {detail::f32_to_bf16(v)}; }
+template <>
+inline float store<float>(float v) { return v; }
+template <>
+inline double store<double>(float v) { return static_cast<double>(v); }
+
+template <class To>
+inline To store_from_f64(double v);
+template <>
+inline F16 store_from_f64<F16>(double v) { return {detail::f64_to_f16(v)}; }
+template <>
+inline BF16 store_from_f64<BF16>(double v) { return {detail::f64_to_bf16(v)}; }
+template <>
+inline float store_from_f64<float>(double v) { return detail::f64_to_f32(v); }
+
+// One tight loop per (from, to) pair, so the compiler can vectorize the branch-free conversions.
+template <class From, class To>
+void convert_loop(const void* src, void* dst, std::size_t n) {
+  const From* in = static_cast<const From*>(src);
+  To* out = static_cast<To*>(dst);
+  if constexpr (std::is_same_v<From, double>) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = store_from_f64<To>(in[i]);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) out[i] = store<To>(load_f32(in[i]));
   }
-  return 0.0f;
 }
 
-template <class Out, class F>
-void map_elements(const void* src, void* dst, std::size_t n, F f) {
-  Out* out = static_cast<Out*>(dst);
-  for (std::size_t i = 0; i < n; ++i) out[i] = f(i);
-  (void)src;
+template <class From>
+void convert_from(const void* src, DType to, void* dst, std::size_t n) {
+  switch (to) {
+    case DType::kFloat16: convert_loop<From, F16>(src, dst, n); return;
+    case DType::kBFloat16: convert_loop<From, BF16>(src, dst, n); return;
+    case DType::kFloat32: convert_loop<From, float>(src, dst, n); return;
+    case DType::kFloat64:
+      if constexpr (!std::is_same_v<From, double>) convert_loop<From, double>(src, dst, n);
+      return;
+  }
 }
 
 }  // namespace
 
 double element_as_double(DType dtype, const void* data, std::size_t i) {
-  if (dtype == DType::kFloat64) return static_cast<const double*>(data)[i];
-  return static_cast<double>(narrow_to_f32(dtype, data, i));
+  switch (dtype) {
+    case DType::kFloat16: return detail::f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kBFloat16: return detail::bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kFloat32: return static_cast<const float*>(data)[i];
+    case DType::kFloat64: return static_cast<const double*>(data)[i];
+  }
+  return 0.0;
 }
 
 void convert_elements(DType from, const void* src, DType to, void* dst, std::size_t n) {
-  if (from == to) {
+  if (from == to) {  // no conversion: the bits are copied, NaN payloads included
     if (src != dst && n != 0) std::memmove(dst, src, n * dtype_size(from));
     return;
   }
-  const auto* f64 = static_cast<const double*>(src);
-  switch (to) {
-    case DType::kFloat64:
-      map_elements<double>(src, dst, n, [&](std::size_t i) { return element_as_double(from, src, i); });
-      return;
-    case DType::kFloat32:
-      map_elements<float>(src, dst, n, [&](std::size_t i) { return narrow_to_f32(from, src, i); });
-      return;
-    case DType::kFloat16:
-      if (from == DType::kFloat64) {
-        map_elements<uint16_t>(src, dst, n, [&](std::size_t i) { return detail::f64_to_f16(f64[i]); });
-      } else {
-        map_elements<uint16_t>(src, dst, n,
-                               [&](std::size_t i) { return detail::f32_to_f16(narrow_to_f32(from, src, i)); });
-      }
-      return;
-    case DType::kBFloat16:
-      if (from == DType::kFloat64) {
-        map_elements<uint16_t>(src, dst, n, [&](std::size_t i) { return detail::f64_to_bf16(f64[i]); });
-      } else {
-        map_elements<uint16_t>(src, dst, n,
-                               [&](std::size_t i) { return detail::f32_to_bf16(narrow_to_f32(from, src, i)); });
-      }
-      return;
+  switch (from) {
+    case DType::kFloat16: convert_from<F16>(src, to, dst, n); return;
+    case DType::kBFloat16: convert_from<BF16>(src, to, dst, n); return;
+    case DType::kFloat32: convert_from<float>(src, to, dst, n); return;
+    case DType::kFloat64: convert_from<double>(src, to, dst, n); return;
   }
 }
 

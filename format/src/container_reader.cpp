@@ -156,12 +156,15 @@ Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_o
   auto codec_fail = [&](const std::string& detail) {
     return fail("unknown-codec", detail, StatusCode::kUnsupported, name);
   };
-  for (std::size_t i = 1; i < t.chain.size(); ++i) {
-    const CodecStage& st = t.chain[i];
+  if (t.chain.size() > 2) return codec_fail("the chain has more than one stage after the element codec");
+  if (t.chain.size() == 2) {
+    const CodecStage& st = t.chain[1];
     if (st.name != "zstd") return codec_fail("stage '" + st.name + "' cannot follow the element codec");
-    for (const auto& [k, v] : st.params) {
-      if (k != "level" || !std::holds_alternative<int64_t>(v)) return codec_fail("zstd stage has a bad parameter");
-    }
+    auto level = st.params.find("level");
+    const bool ok = st.params.size() == 1 && level != st.params.end() &&
+                    std::holds_alternative<int64_t>(level->second) && std::get<int64_t>(level->second) >= 1 &&
+                    std::get<int64_t>(level->second) <= 22;
+    if (!ok) return codec_fail("the zstd stage needs exactly one parameter, an integer level 1..22");
   }
   auto codec = make_codec(t.chain[0].name, t.chain[0].params, Backend::kCpu);
   if (!codec) return codec_fail(codec.status().message());
@@ -196,6 +199,9 @@ Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_o
       return fail("stream-size", where + " size " + std::to_string(s.size) + " does not match the codec's " +
                                      (want ? std::to_string(*want) : want.status().message()),
                   StatusCode::kFormatError, name);
+    }
+    if (s.encoding == StreamEncoding::kZstd && s.length == 0) {
+      return fail("zstd-frame", where + " is empty, so it holds no zstd frame", StatusCode::kFormatError, name);
     }
     const bool bad = s.encoding == StreamEncoding::kRaw ? s.length != s.size : s.size / kMaxZstdExpansion > s.length;
     if (bad) {

@@ -83,3 +83,25 @@ TEST(FloatBits, F64NarrowingRoundsOnce) {
 
 }  // namespace
 }  // namespace gcz::detail
+
+namespace gcz::detail {
+namespace {
+
+// The branch-free float32 conversions against the generic bit-level rounding, on a dense sweep of
+// every float32 exponent and many fractions (NaNs included).
+TEST(FloatBits, FastPathsMatchGenericRounding) {
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 257) {
+    const uint32_t bits = static_cast<uint32_t>(b);
+    const float f = bit_cast<float>(bits);
+    ASSERT_EQ(f32_to_f16(f), (narrow_float_bits<8, 23, 5, 10>(bits))) << "bits " << bits;
+    ASSERT_EQ(f32_to_bf16(f), (narrow_float_bits<8, 23, 8, 7>(bits))) << "bits " << bits;
+  }
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    ASSERT_EQ(bit_cast<uint32_t>(f16_to_f32(static_cast<uint16_t>(h))),
+              static_cast<uint32_t>(widen_float_bits<5, 10, 8, 23>(h)))
+        << "f16 bits " << h;
+  }
+}
+
+}  // namespace
+}  // namespace gcz::detail

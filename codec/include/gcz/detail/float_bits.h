@@ -2,8 +2,9 @@
 // and CUDA backends (so both produce the same bytes).
 //
 // Narrowing rounds to nearest, ties to even; overflow gives ±Inf; values below half the smallest
-// subnormal give ±0; NaN stays NaN (sign and leading payload bits kept, quiet bit set); subnormals are
-// produced and consumed exactly. Widening is exact.
+// subnormal give ±0; subnormals are produced and consumed exactly; widening is exact. A NaN stays a
+// NaN with its sign and leading payload bits, and every conversion sets its quiet bit (hardware
+// float32 -> float64 casts do the same), so the result never depends on the platform.
 //
 //   uint16_t h = gcz::detail::f32_to_f16(1.0f);      // 0x3C00
 //   float f = gcz::detail::f16_to_f32(0x3C00);      // 1.0f
@@ -82,7 +83,10 @@ GCZ_HD uint64_t widen_float_bits(uint32_t src) {
   const uint64_t sign = static_cast<uint64_t>((src >> (SE + SM)) & 1u) << (DE + DM);
   const uint32_t exp = (src >> SM) & kSrcMaxExp;
   uint64_t m = src & ((uint32_t{1} << SM) - 1);
-  if (exp == kSrcMaxExp) return sign | (kDstMaxExp << DM) | (m << (DM - SM));
+  if (exp == kSrcMaxExp) {  // Inf, or NaN with its payload on top and the quiet bit set
+    const uint64_t quiet = m != 0 ? uint64_t{1} << (DM - 1) : 0;
+    return sign | (kDstMaxExp << DM) | (m << (DM - SM)) | quiet;
+  }
   if (exp == 0 && m == 0) return sign;
   int64_t e;
   if (exp == 0) {
@@ -98,24 +102,51 @@ GCZ_HD uint64_t widen_float_bits(uint32_t src) {
   return sign | (static_cast<uint64_t>(e + kDstBias) << DM) | (m << (DM - SM));
 }
 
+// float32 -> float16 without branches, so loops over it vectorize. Same results as
+// narrow_float_bits<8, 23, 5, 10> (tests compare them). Normal results round by adding half an ulp
+// (plus the tie bit) before truncating; results below the float16 normal range are rounded by the FPU:
+// x + 0.5 puts x's multiple of 2^-24 (the float16 subnormal step) in the low mantissa bits, rounded to
+// nearest even, exactly what a float16 subnormal needs.
 GCZ_HD uint16_t f32_to_f16(float f) {
-  return static_cast<uint16_t>(narrow_float_bits<8, 23, 5, 10>(bit_cast<uint32_t>(f)));
+  const uint32_t bits = bit_cast<uint32_t>(f);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t x = bits & 0x7FFFFFFFu;
+  const uint32_t rounded = x + 0xFFFu + ((x >> 13) & 1u);
+  const uint32_t normal = (rounded >> 13) - (112u << 10);
+  const uint32_t small = bit_cast<uint32_t>(bit_cast<float>(x) + 0.5f) - 0x3F000000u;
+  const uint32_t nan = 0x7E00u | ((x >> 13) & 0x3FFu);
+  const uint32_t h = x > 0x7F800000u ? nan : rounded >= 0x47800000u ? 0x7C00u : x < 0x38800000u ? small : normal;
+  return static_cast<uint16_t>(sign | h);
 }
 GCZ_HD uint16_t f64_to_f16(double d) {
   return static_cast<uint16_t>(narrow_float_bits<11, 52, 5, 10>(bit_cast<uint64_t>(d)));
 }
+// float16 -> float32 without branches; subnormals by the reverse of the trick above.
 GCZ_HD float f16_to_f32(uint16_t h) {
-  return bit_cast<float>(static_cast<uint32_t>(widen_float_bits<5, 10, 8, 23>(h)));
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t x = h & 0x7FFFu;
+  const uint32_t normal = (x << 13) + (112u << 23);
+  const uint32_t special = (x << 13) | 0x7F800000u | (x > 0x7C00u ? 0x00400000u : 0u);  // NaN made quiet
+  const uint32_t small = bit_cast<uint32_t>(bit_cast<float>(x | 0x3F000000u) - 0.5f);
+  const uint32_t f = x >= 0x7C00u ? special : x < 0x0400u ? small : normal;
+  return bit_cast<float>(sign | f);
 }
 
-// bfloat16 is the top half of a float32, so widening is a shift.
+// float32 -> bfloat16: bfloat16 is the top half of a float32, so rounding is one add; a carry out of
+// the largest finite value lands on Inf, as it should. NaN keeps its top payload bits, made quiet.
 GCZ_HD uint16_t f32_to_bf16(float f) {
-  return static_cast<uint16_t>(narrow_float_bits<8, 23, 8, 7>(bit_cast<uint32_t>(f)));
+  const uint32_t bits = bit_cast<uint32_t>(f);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded);
 }
 GCZ_HD uint16_t f64_to_bf16(double d) {
   return static_cast<uint16_t>(narrow_float_bits<11, 52, 8, 7>(bit_cast<uint64_t>(d)));
 }
-GCZ_HD float bf16_to_f32(uint16_t b) { return bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+GCZ_HD float bf16_to_f32(uint16_t b) {
+  const uint32_t quiet = (b & 0x7FFFu) > 0x7F80u ? 0x00400000u : 0u;  // NaN made quiet
+  return bit_cast<float>((static_cast<uint32_t>(b) << 16) | quiet);
+}
 
 // float64 -> float32 keeps NaN payloads the same way as the narrower conversions.
 GCZ_HD float f64_to_f32(double d) {
