@@ -14,5 +14,6 @@ RunFn add_eval_command(CLI::App& app);
 RunFn add_decode_command(CLI::App& app);
 RunFn add_info_command(CLI::App& app);
 RunFn add_verify_command(CLI::App& app);
+RunFn add_bench_command(CLI::App& app);
 
 }  // namespace gcz::cli

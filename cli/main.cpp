@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       "  gcz info grads.gcz\n"
       "  gcz verify grads.gcz\n"
       "  gcz decode grads.gcz -o restored.safetensors\n"
+      "  gcz bench -c fp16 -c bf16                     # throughput against memcpy\n"
       "Run 'gcz COMMAND --help' for each command's options. Exit codes are listed in docs/CLI.md.");
   app.set_version_flag("--version", std::string("gcz ") + GCZ_CLI_VERSION +
                                         (gcz::built_with_cuda() ? " (CUDA backend built in)" : " (CPU only)"));
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   add(add_decode_command);
   add(add_info_command);
   add(add_verify_command);
+  add(add_bench_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

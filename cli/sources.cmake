@@ -1,4 +1,5 @@
 add_executable(gcz_cli
+  cli/cmd_bench.cpp
   cli/cmd_decode.cpp
   cli/cmd_encode.cpp
   cli/cmd_info.cpp

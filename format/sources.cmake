@@ -1,4 +1,5 @@
 target_sources(gcz PRIVATE
+  format/src/bench.cpp
   format/src/container_reader.cpp
   format/src/container_writer.cpp
   format/src/decode.cpp

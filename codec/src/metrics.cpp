@@ -12,21 +12,21 @@ namespace {
 template <class Load>
 void accumulate(uint64_t n, Load load, uint64_t& nonfinite, double& xx, double& yy, double& xy, double& ee,
                 double& e_sum, double& max_abs) {
+  // Branch-free: a non-finite x contributes zeros (and a count) instead of skipping the element.
   for (uint64_t i = 0; i < n; ++i) {
-    const double x = load(0, i);
-    const double y = load(1, i);
-    if (!std::isfinite(x)) {
-      ++nonfinite;
-      continue;
-    }
+    const double x_raw = load(0, i);
+    const bool finite = std::isfinite(x_raw);
+    const double x = finite ? x_raw : 0.0;
+    const double y = finite ? load(1, i) : 0.0;
     const double e = y - x;
+    nonfinite += !finite;
     xx += x * x;
     yy += y * y;
     xy += x * y;
     ee += e * e;
     e_sum += e;
     const double a = std::fabs(e);
-    if (!(a <= max_abs)) max_abs = a;  // also propagates a NaN error
+    max_abs = a > max_abs ? a : max_abs;
   }
 }
 

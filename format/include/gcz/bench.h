@@ -1,0 +1,45 @@
+// gcz/bench.h — codec throughput measured against memcpy in the same run (benchmarks, not tests).
+//
+//   gcz::BenchOptions o;                       // synthetic float32 data unless inputs are given
+//   auto r = gcz::run_bench({"fp16", "bf16"}, o);
+//   r->memcpy_gbps; r->rows[0].encode_gbps / r->memcpy_gbps;
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gcz/backend.h"
+#include "gcz/status.h"
+#include "gcz/tensor_io.h"
+
+namespace gcz {
+
+struct BenchOptions {
+  std::vector<std::string> inputs;     // tensor files; empty = synthetic data
+  uint64_t synthetic_bytes = 256ull << 20;  // float32 bytes of synthetic data (heavy-tailed, seeded)
+  int repeats = 5;                     // best of this many timed runs
+  DeviceRequest device = DeviceRequest::kCpu;
+  ReadOptions read;
+};
+
+struct BenchRow {
+  std::string spec;
+  double encode_gbps = 0;  // input bytes per second / 1e9
+  double decode_gbps = 0;  // decoded bytes (the input's size) per second / 1e9
+  double ratio = 0;        // input bytes / stream bytes
+};
+
+struct BenchResult {
+  uint64_t input_bytes = 0;
+  uint64_t tensors = 0;
+  double memcpy_gbps = 0;  // the same number of bytes copied, best of the same repeats
+  Backend backend = Backend::kCpu;
+  std::vector<BenchRow> rows;
+};
+
+// Encodes and decodes the data in memory with each spec (the codec and its zstd stage; no file I/O)
+// and times it against memcpy of the same bytes.
+Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options);
+
+}  // namespace gcz
