@@ -71,6 +71,14 @@ class TensorFileReader {
 // is validated before use: a truncated or hostile file is a kFormatError naming the file and rule.
 // Tensor names: the names inside the file; for a single .npy or raw file, the file's stem; inside a
 // directory, the relative path without extension, joined to inner names with '/'.
+//
+// Errors: kIoError "PATH: cannot open: <reason>" for a missing or unreadable path; kUnsupported for an
+// unknown extension, or a lone .npy holding a non-floating array; kFormatError for a file breaking its
+// format's rules (truncated, header fields out of range, offsets outside the file or overlapping);
+// kInvalidArgument for raw input without both raw_dtype and raw_shape.
+// Notes: given raw_dtype and raw_shape, any file is read as raw (in a directory: its .bin/.raw files,
+// which are otherwise skipped). A Fortran-order array in a deflated .npz member is decompressed whole
+// on its first read(); every other source reads only the requested range.
 Result<std::unique_ptr<TensorFileReader>> open_tensor_file(const std::string& path, const ReadOptions& options);
 
 struct WriteOptions {
@@ -94,6 +102,9 @@ class TensorFileWriter {
 // Creates a writer for `tensors` at `path`, format from the extension (a directory writes one .npy per
 // tensor, names with '/' becoming subdirectories). A single-tensor format (.npy, raw) given several
 // tensors, or bfloat16 without widen_bf16 where the format cannot hold it, is an error naming the rule.
+// Names must be non-empty and distinct; for HDF5 and directories, where they become paths, they may not
+// be absolute or contain empty, "." or ".." components. A directory target must not exist or be empty.
+// .npz members are stored uncompressed (as numpy's savez does); safetensors keeps bfloat16 as BF16.
 Result<std::unique_ptr<TensorFileWriter>> create_tensor_file(const std::string& path,
                                                              const std::vector<TensorInfo>& tensors,
                                                              const WriteOptions& options);

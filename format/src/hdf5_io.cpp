@@ -1,0 +1,195 @@
+// HDF5 input: every floating dataset in the file, in nested groups too, named by its path without the
+// leading '/'. Element ranges are read with hyperslab selections, so only the requested part of a
+// dataset is ever in memory; HDF5 converts big-endian or differently ordered storage on the way.
+#include <algorithm>
+
+#include "hdf5_io_util.h"
+#include "tensor_io_common.h"
+
+namespace gcz::detail {
+namespace {
+
+#if H5_VERSION_GE(1, 12, 0)
+using ObjectInfo = H5O_info2_t;
+#else
+using ObjectInfo = H5O_info_t;
+#endif
+
+herr_t collect_dataset(hid_t, const char* name, const ObjectInfo* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(name);
+  return 0;
+}
+
+Status list_datasets(hid_t file, const std::string& path, std::vector<std::string>& names) {
+#if H5_VERSION_GE(1, 12, 0)
+  const herr_t r = H5Ovisit3(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names, H5O_INFO_BASIC);
+#else
+  const herr_t r = H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names, H5O_INFO_BASIC);
+#endif
+  if (r < 0) return format_error(path + ": cannot list the HDF5 objects: " + hdf5_error_text());
+  std::sort(names.begin(), names.end());
+  return Status::ok();
+}
+
+const char* class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_TIME: return "time";
+    case H5T_STRING: return "string";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_COMPOUND: return "compound";
+    case H5T_REFERENCE: return "reference";
+    case H5T_ENUM: return "enum";
+    case H5T_VLEN: return "variable-length";
+    case H5T_ARRAY: return "array";
+    default: return "unknown";
+  }
+}
+
+// The tensor a dataset holds, or (with `reason` set) why it is skipped.
+struct DatasetInfo {
+  TensorInfo info;
+  uint64_t numel = 0;
+  std::string reason;
+};
+
+Result<Shape> dataset_shape(hid_t dataset, const std::string& ctx, std::string& reason) {
+  H5Id space(H5Dget_space(dataset));
+  if (!space.valid()) return format_error(ctx + ": cannot read the dataspace: " + hdf5_error_text());
+  const H5S_class_t kind = H5Sget_simple_extent_type(space.get());
+  if (kind == H5S_SCALAR) return Shape{};
+  if (kind != H5S_SIMPLE) {
+    reason = "the dataset has a null dataspace (no elements, no shape)";
+    return Shape{};
+  }
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0 || static_cast<std::size_t>(rank) > kMaxRank) {
+    return format_error(ctx + ": the dataspace has " + std::to_string(rank) + " dimensions (at most " +
+                        std::to_string(kMaxRank) + ")");
+  }
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) {
+    return format_error(ctx + ": cannot read the dataspace: " + hdf5_error_text());
+  }
+  return Shape(dims.begin(), dims.end());
+}
+
+Result<DatasetInfo> describe_dataset(hid_t file, const std::string& path, const std::string& name) {
+  const std::string ctx = tensor_context(path, name);
+  H5Id dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+  if (!dataset.valid()) return format_error(ctx + ": cannot open the dataset: " + hdf5_error_text());
+  H5Id type(H5Dget_type(dataset.get()));
+  if (!type.valid()) return format_error(ctx + ": cannot read the datatype: " + hdf5_error_text());
+  DatasetInfo d;
+  d.info.name = name;
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (cls != H5T_FLOAT) {
+    d.reason = std::string("HDF5 ") + class_name(cls) + " dataset is not floating";
+    return d;
+  }
+  const auto dtype = dtype_of_hdf5_float(type.get());
+  if (!dtype) {
+    d.reason = "HDF5 float of " + std::to_string(H5Tget_size(type.get())) +
+               " bytes has a layout other than IEEE float16/32/64 or bfloat16";
+    return d;
+  }
+  d.info.dtype = *dtype;
+  GCZ_ASSIGN_OR_RETURN(d.info.shape, dataset_shape(dataset.get(), ctx, d.reason));
+  auto numel = checked_numel(d.info.shape);
+  if (!numel) return format_error(ctx + ": " + numel.status().message());
+  d.numel = *numel;
+  return d;
+}
+
+class Hdf5Source final : public TensorSource {
+ public:
+  Hdf5Source(std::string path, TensorInfo info, uint64_t numel, H5Id dataset, H5Id mem_type)
+      : path_(std::move(path)),
+        info_(std::move(info)),
+        numel_(numel),
+        dataset_(std::move(dataset)),
+        mem_type_(std::move(mem_type)) {}
+  const TensorInfo& info() const override { return info_; }
+
+  Status read(uint64_t first, uint64_t count, void* dst) override {
+    GCZ_RETURN_IF_ERROR(check_read_range(path_, info_, numel_, first, count));
+    if (count == 0) return Status::ok();
+    quiet_hdf5_errors();
+    herr_t r;
+    if (info_.shape.empty()) {
+      r = H5Dread(dataset_.get(), mem_type_.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst);
+    } else {
+      H5Id file_space(H5Dget_space(dataset_.get()));
+      if (!file_space.valid()) return read_failed();
+      GCZ_RETURN_IF_ERROR(select_flat_range(file_space.get(), info_.shape, first, count));
+      const hsize_t n = count;
+      H5Id mem_space(H5Screate_simple(1, &n, nullptr));
+      r = H5Dread(dataset_.get(), mem_type_.get(), mem_space.get(), file_space.get(), H5P_DEFAULT, dst);
+    }
+    return r < 0 ? read_failed() : Status::ok();
+  }
+
+ private:
+  Status read_failed() const {
+    return format_error(tensor_context(path_, info_.name) + ": HDF5 read failed: " + hdf5_error_text());
+  }
+
+  std::string path_;
+  TensorInfo info_;
+  uint64_t numel_;
+  H5Id dataset_;  // keeps the file open while the source lives
+  H5Id mem_type_;
+};
+
+class Hdf5Reader final : public ReaderBase {
+ public:
+  Hdf5Reader(const std::string& path, H5Id file) : ReaderBase(path, TensorFileFormat::kHdf5), file_(std::move(file)) {}
+
+  Status list() {
+    std::vector<std::string> names;
+    GCZ_RETURN_IF_ERROR(list_datasets(file_.get(), path_, names));
+    for (const std::string& name : names) {
+      GCZ_ASSIGN_OR_RETURN(DatasetInfo d, describe_dataset(file_.get(), path_, name));
+      if (!d.reason.empty()) {
+        skipped_.push_back({name, d.reason});
+        continue;
+      }
+      tensors_.push_back(d.info);
+      numels_.push_back(d.numel);
+    }
+    return Status::ok();
+  }
+
+  Result<std::unique_ptr<TensorSource>> open(std::size_t i) override {
+    GCZ_RETURN_IF_ERROR(check_index(i));
+    quiet_hdf5_errors();
+    const TensorInfo& t = tensors_[i];
+    H5Id dataset(H5Dopen2(file_.get(), t.name.c_str(), H5P_DEFAULT));
+    if (!dataset.valid()) {
+      return format_error(tensor_context(path_, t.name) + ": cannot open the dataset: " + hdf5_error_text());
+    }
+    H5Id mem_type = hdf5_float_type(t.dtype);
+    if (!mem_type.valid()) return internal_error(path_ + ": cannot build the HDF5 memory type: " + hdf5_error_text());
+    return std::unique_ptr<TensorSource>(new Hdf5Source(path_, t, numels_[i], std::move(dataset), std::move(mem_type)));
+  }
+
+ private:
+  H5Id file_;
+  std::vector<uint64_t> numels_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TensorFileReader>> open_hdf5_reader(const std::string& path) {
+  GCZ_RETURN_IF_ERROR(check_readable(path));
+  quiet_hdf5_errors();
+  if (H5Fis_hdf5(path.c_str()) <= 0) return format_error(path + ": not an HDF5 file (no HDF5 signature)");
+  H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) return format_error(path + ": cannot open as HDF5: " + hdf5_error_text());
+  auto reader = std::make_unique<Hdf5Reader>(path, std::move(file));
+  GCZ_RETURN_IF_ERROR(reader->list());
+  return std::unique_ptr<TensorFileReader>(std::move(reader));
+}
+
+}  // namespace gcz::detail

@@ -1,0 +1,87 @@
+// .npy files: one array per file, read through a memory map, written through an AtomicFile.
+#include <filesystem>
+
+#include "tensor_io_common.h"
+
+namespace gcz::detail {
+namespace {
+
+class NpyReader final : public ReaderBase {
+ public:
+  NpyReader(const std::string& path, std::shared_ptr<const MappedFile> file, NpyHeader header)
+      : ReaderBase(path, TensorFileFormat::kNpy), file_(std::move(file)), header_(std::move(header)) {}
+
+  void add(TensorInfo info) { tensors_.push_back(std::move(info)); }
+  void skip(SkippedTensor s) { skipped_.push_back(std::move(s)); }
+
+  Result<std::unique_ptr<TensorSource>> open(std::size_t i) override {
+    GCZ_RETURN_IF_ERROR(check_index(i));
+    return std::unique_ptr<TensorSource>(
+        new MappedTensorSource(file_, tensors_[i], header_.numel, header_.data_offset, header_.layout()));
+  }
+
+ private:
+  std::shared_ptr<const MappedFile> file_;
+  NpyHeader header_;
+};
+
+class NpyWriter final : public SequentialWriter {
+ public:
+  NpyWriter(const std::string& path, const std::vector<TensorInfo>& tensors, bool widen,
+            std::unique_ptr<AtomicFile> file)
+      : SequentialWriter(path, tensors, widen), file_(std::move(file)) {}
+
+ protected:
+  Status start_tensor(std::size_t, const TensorInfo& stored) override {
+    item_size_ = dtype_size(stored.dtype);
+    const std::string header = make_npy_header(stored.dtype, stored.shape);
+    return file_->write(header.data(), header.size());
+  }
+  Status write_elements(const void* src, uint64_t count) override { return file_->write(src, count * item_size_); }
+  Status end_tensor() override { return Status::ok(); }
+  Status finish_file() override { return file_->commit(); }
+
+ private:
+  std::unique_ptr<AtomicFile> file_;
+  std::size_t item_size_ = 4;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TensorFileReader>> open_npy_reader(const std::string& path, bool in_container) {
+  GCZ_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, MappedFile::open(path));
+  std::shared_ptr<const MappedFile> file = std::move(mapped);
+  auto parsed = parse_npy_header(file->data(), file->size());
+  if (!parsed) return parsed.status().with_context(path);
+  NpyHeader header = std::move(parsed).value();
+  const std::string name = std::filesystem::path(path).stem().string();
+
+  auto reader = std::make_unique<NpyReader>(path, file, header);
+  if (!header.dtype) {
+    // Alone, a non-floating array is the whole input and cannot be encoded; in a directory it is one
+    // file among many and is reported instead.
+    if (!in_container) return unsupported(tensor_context(path, name) + ": " + header.not_float_reason);
+    reader->skip({name, header.not_float_reason});
+    return std::unique_ptr<TensorFileReader>(std::move(reader));
+  }
+  const uint64_t available = file->size() - header.data_offset;
+  if (available < header.payload_bytes) {
+    return format_error(path + ": npy payload truncated: " + std::to_string(available) +
+                        " bytes after the header, "
+                        "but shape " +
+                        shape_to_string(header.shape) + " of " + header.descr + " needs " +
+                        std::to_string(header.payload_bytes));
+  }
+  reader->add(TensorInfo{name, *header.dtype, header.shape});
+  return std::unique_ptr<TensorFileReader>(std::move(reader));
+}
+
+WriterResult create_npy_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
+                               const WriteOptions& options) {
+  GCZ_RETURN_IF_ERROR(check_single_tensor(path, tensors, ".npy"));
+  GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, ".npy"));
+  GCZ_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path));
+  return std::unique_ptr<TensorFileWriter>(new NpyWriter(path, tensors, options.widen_bf16, std::move(file)));
+}
+
+}  // namespace gcz::detail

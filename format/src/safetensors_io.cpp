@@ -1,0 +1,259 @@
+// .safetensors files: an 8-byte little-endian header length, a JSON header mapping each tensor name to
+// {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the data section after the
+// header), then the data. Read through a memory map; written with every offset computed up front.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tensor_io_common.h"
+
+namespace gcz::detail {
+namespace {
+
+using nlohmann::json;
+
+// Largest JSON header accepted (the reference implementation's limit).
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+constexpr const char* kMetadataKey = "__metadata__";
+
+std::optional<DType> float_dtype(const std::string& s) {
+  if (s == "F16") return DType::kFloat16;
+  if (s == "BF16") return DType::kBFloat16;
+  if (s == "F32") return DType::kFloat32;
+  if (s == "F64") return DType::kFloat64;
+  return std::nullopt;
+}
+
+const char* dtype_code(DType d) {
+  switch (d) {
+    case DType::kFloat16: return "F16";
+    case DType::kBFloat16: return "BF16";
+    case DType::kFloat32: return "F32";
+    case DType::kFloat64: return "F64";
+  }
+  return "";
+}
+
+// Bytes per element of the whole-byte dtypes, so their byte ranges can be checked too; 0 when unknown
+// (sub-byte or future dtypes), whose ranges are then only checked for bounds and overlap.
+uint64_t known_item_size(const std::string& s) {
+  for (const char* one : {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0"}) {
+    if (s == one) return 1;
+  }
+  for (const char* two : {"I16", "U16", "F16", "BF16"}) {
+    if (s == two) return 2;
+  }
+  for (const char* four : {"I32", "U32", "F32"}) {
+    if (s == four) return 4;
+  }
+  for (const char* eight : {"I64", "U64", "F64", "C64"}) {
+    if (s == eight) return 8;
+  }
+  return 0;
+}
+
+// One header entry, validated against the data section.
+struct Entry {
+  std::string name;
+  std::string dtype;
+  Shape shape;
+  uint64_t numel = 0;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+Result<uint64_t> unsigned_field(const json& v, const std::string& context, const char* what) {
+  if (!v.is_number_unsigned()) return format_error(context + ": " + what + " is not a non-negative integer");
+  return v.get<uint64_t>();
+}
+
+Result<Entry> parse_entry(const std::string& path, const std::string& name, const json& v, uint64_t data_size) {
+  const std::string ctx = tensor_context(path, name);
+  if (!v.is_object()) return format_error(ctx + ": header entry is not an object");
+  const auto dtype = v.find("dtype");
+  const auto shape = v.find("shape");
+  const auto offsets = v.find("data_offsets");
+  if (dtype == v.end() || !dtype->is_string()) return format_error(ctx + ": 'dtype' is missing or not a string");
+  if (shape == v.end() || !shape->is_array()) return format_error(ctx + ": 'shape' is missing or not an array");
+  if (offsets == v.end() || !offsets->is_array() || offsets->size() != 2) {
+    return format_error(ctx + ": 'data_offsets' is missing or not a [begin, end] pair");
+  }
+  Entry e;
+  e.name = name;
+  e.dtype = dtype->get<std::string>();
+  if (shape->size() > kMaxRank)
+    return format_error(ctx + ": shape has more than " + std::to_string(kMaxRank) + " dimensions");
+  for (const json& d : *shape) {
+    GCZ_ASSIGN_OR_RETURN(uint64_t dim, unsigned_field(d, ctx, "a shape dimension"));
+    e.shape.push_back(dim);
+  }
+  auto numel = checked_numel(e.shape);
+  if (!numel) return format_error(ctx + ": " + numel.status().message());
+  e.numel = *numel;
+  GCZ_ASSIGN_OR_RETURN(e.begin, unsigned_field((*offsets)[0], ctx, "data_offsets[0]"));
+  GCZ_ASSIGN_OR_RETURN(e.end, unsigned_field((*offsets)[1], ctx, "data_offsets[1]"));
+  const std::string range = "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+  if (e.begin > e.end) return format_error(ctx + ": " + range + " begin after end");
+  if (e.end > data_size) {
+    return format_error(ctx + ": " + range + " run past the data section (" + std::to_string(data_size) + " bytes)");
+  }
+  if (const uint64_t item = known_item_size(e.dtype); item != 0 && e.end - e.begin != e.numel * item) {
+    return format_error(ctx + ": " + range + " hold " + std::to_string(e.end - e.begin) + " bytes, but shape " +
+                        shape_to_string(e.shape) + " of " + e.dtype + " needs " + std::to_string(e.numel * item));
+  }
+  return e;
+}
+
+// Parses the header, rejecting duplicate tensor names (which a JSON object would silently merge).
+Result<json> parse_header_json(const std::string& path, const char* text, std::size_t size) {
+  std::set<std::string> names;
+  std::string duplicate;
+  auto note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  try {
+    json header = json::parse(text, text + size, note_keys);
+    if (!duplicate.empty()) return format_error(tensor_context(path, duplicate) + ": duplicate name in the header");
+    if (!header.is_object()) return format_error(path + ": safetensors header is not a JSON object");
+    return header;
+  } catch (const json::exception& e) {
+    return format_error(path + ": safetensors header is not valid JSON: " + e.what());
+  }
+}
+
+// Byte ranges must not share bytes (empty ranges may sit anywhere outside other ranges' interiors).
+Status check_no_overlap(const std::string& path, std::vector<Entry>& entries) {
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  const Entry* widest = nullptr;  // the entry reaching furthest so far
+  for (const Entry& e : entries) {
+    if (widest && e.begin < widest->end && e.end > e.begin) {
+      return format_error(tensor_context(path, e.name) + ": data_offsets overlap those of tensor '" + widest->name +
+                          "'");
+    }
+    if (!widest || e.end > widest->end) widest = &e;
+  }
+  return Status::ok();
+}
+
+class SafetensorsReader final : public ReaderBase {
+ public:
+  SafetensorsReader(const std::string& path, std::shared_ptr<const MappedFile> file, uint64_t data_begin)
+      : ReaderBase(path, TensorFileFormat::kSafetensors), file_(std::move(file)), data_begin_(data_begin) {}
+
+  void add(const Entry& e) {
+    if (auto d = float_dtype(e.dtype)) {
+      tensors_.push_back(TensorInfo{e.name, *d, e.shape});
+      offsets_.push_back(e.begin);
+      numels_.push_back(e.numel);
+    } else {
+      const bool is_float = e.dtype.rfind("F", 0) == 0;
+      skipped_.push_back(
+          {e.name,
+           "dtype " + e.dtype + (is_float ? " is not supported (F16, BF16, F32 and F64 are)" : " is not floating")});
+    }
+  }
+
+  Result<std::unique_ptr<TensorSource>> open(std::size_t i) override {
+    GCZ_RETURN_IF_ERROR(check_index(i));
+    ElementLayout layout;
+    layout.item_size = dtype_size(tensors_[i].dtype);
+    return std::unique_ptr<TensorSource>(
+        new MappedTensorSource(file_, tensors_[i], numels_[i], data_begin_ + offsets_[i], layout));
+  }
+
+ private:
+  std::shared_ptr<const MappedFile> file_;
+  uint64_t data_begin_;
+  std::vector<uint64_t> offsets_;  // per tensor, relative to data_begin_
+  std::vector<uint64_t> numels_;
+};
+
+class SafetensorsWriter final : public SequentialWriter {
+ public:
+  SafetensorsWriter(const std::string& path, const std::vector<TensorInfo>& tensors, std::unique_ptr<AtomicFile> file)
+      : SequentialWriter(path, tensors, /*widen_bf16=*/false), file_(std::move(file)) {}
+
+ protected:
+  Status start_tensor(std::size_t, const TensorInfo& stored) override {
+    item_size_ = dtype_size(stored.dtype);
+    return Status::ok();
+  }
+  Status write_elements(const void* src, uint64_t count) override { return file_->write(src, count * item_size_); }
+  Status end_tensor() override { return Status::ok(); }
+  Status finish_file() override { return file_->commit(); }
+
+ private:
+  std::unique_ptr<AtomicFile> file_;
+  std::size_t item_size_ = 4;
+};
+
+// The header for `tensors` laid out back to back in order, padded with spaces to a multiple of 8 bytes
+// so the data section starts aligned.
+Result<std::string> make_header(const std::string& path, const std::vector<TensorInfo>& tensors) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t offset = 0;
+  for (const TensorInfo& t : tensors) {
+    if (t.name == kMetadataKey) return invalid_argument(tensor_context(path, t.name) + ": the name is reserved");
+    const auto end = checked_add(offset, t.byte_size().value());
+    if (!end) return invalid_argument(path + ": tensors total more than 2^64 bytes");
+    header[t.name] = {{"dtype", dtype_code(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, *end}}};
+    offset = *end;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::ordered_json::exception&) {
+    return invalid_argument(path + ": a tensor name is not valid UTF-8, which safetensors requires");
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TensorFileReader>> open_safetensors_reader(const std::string& path) {
+  GCZ_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, MappedFile::open(path));
+  std::shared_ptr<const MappedFile> file = std::move(mapped);
+  if (file->size() < 8) {
+    return format_error(path + ": safetensors file is " + std::to_string(file->size()) +
+                        " bytes, too short for the 8-byte header length");
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(file->data()[i]);
+  if (n > kMaxHeaderBytes) {
+    return format_error(path + ": safetensors header length " + std::to_string(n) + " exceeds the 100 MiB limit");
+  }
+  if (n > file->size() - 8) {
+    return format_error(path + ": safetensors header length " + std::to_string(n) + " runs past the end of the file (" +
+                        std::to_string(file->size()) + " bytes)");
+  }
+  GCZ_ASSIGN_OR_RETURN(json header, parse_header_json(path, reinterpret_cast<const char*>(file->data()) + 8, n));
+  const uint64_t data_begin = 8 + n;
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == kMetadataKey) continue;  // free-form strings; nothing gcz needs
+    GCZ_ASSIGN_OR_RETURN(Entry e, parse_entry(path, it.key(), it.value(), file->size() - data_begin));
+    entries.push_back(std::move(e));
+  }
+  GCZ_RETURN_IF_ERROR(check_no_overlap(path, entries));  // also sorts by offset: the order to read in
+  auto reader = std::make_unique<SafetensorsReader>(path, file, data_begin);
+  for (const Entry& e : entries) reader->add(e);
+  return std::unique_ptr<TensorFileReader>(std::move(reader));
+}
+
+WriterResult create_safetensors_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
+                                       const WriteOptions&) {
+  GCZ_ASSIGN_OR_RETURN(std::string header, make_header(path, tensors));
+  GCZ_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path));
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((uint64_t{header.size()} >> (8 * i)) & 0xFF);
+  GCZ_RETURN_IF_ERROR(file->write(len, sizeof len));
+  GCZ_RETURN_IF_ERROR(file->write(header.data(), header.size()));
+  return std::unique_ptr<TensorFileWriter>(new SafetensorsWriter(path, tensors, std::move(file)));
+}
+
+}  // namespace gcz::detail

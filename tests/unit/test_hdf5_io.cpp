@@ -1,0 +1,249 @@
+// HDF5 reading and writing: files built here with the HDF5 C API (nested groups, every float layout
+// including IEEE half and bfloat16, big-endian storage, scalar and empty datasets, non-float datasets),
+// ranged reads across hyperslab boundaries, and writer round trips.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#if __has_include(<hdf5.h>)
+#include <hdf5.h>
+#else
+#include <hdf5/serial/hdf5.h>
+#endif
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "gcz/tensor_io.h"
+
+namespace gcz {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A 2-byte float type with the given exponent/mantissa split (5/10 IEEE half, 8/7 bfloat16).
+hid_t small_float_type(std::size_t exponent, std::size_t mantissa, std::size_t bias) {
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(t, 15, mantissa, exponent, 0, mantissa);
+  H5Tset_size(t, 2);
+  H5Tset_ebias(t, bias);
+  return t;
+}
+
+void add_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type, const std::vector<hsize_t>& dims,
+                 const void* data, bool scalar = false) {
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  hid_t space = scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  hid_t ds = H5Dcreate2(file, name, file_type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(ds, 0) << name;
+  if (data) {
+    ASSERT_GE(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0) << name;
+  }
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Pclose(lcpl);
+}
+
+class Hdf5Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "gcz_h5_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+           std::to_string(::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  template <class T>
+  std::vector<T> read_all(TensorFileReader& reader, std::size_t i) {
+    auto src = reader.open(i);
+    EXPECT_TRUE(src) << src.status().message();
+    if (!src) return {};
+    std::vector<T> out((*src)->info().numel().value());
+    const Status s = (*src)->read(0, out.size(), out.data());
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    return out;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(Hdf5Test, ReadsFloatDatasetsInNestedGroupsAndSkipsOthers) {
+  const std::string p = dir_ + "/model.h5";
+  std::vector<float> w(12);
+  std::iota(w.begin(), w.end(), 1.0f);
+  const std::vector<double> b = {0.5, -0.25, 8};
+  const std::vector<uint16_t> half = {0x3C00, 0xC000, 0x7C00};  // 1, -2, +Inf
+  const std::vector<uint16_t> bf = {0x3F80, 0x4040};            // 1, 3
+  const std::vector<float> be = {1.25f, -7.5f};
+  const std::vector<int32_t> ints = {1, 2};
+  const double scalar = 3.75;
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t h16 = small_float_type(5, 10, 15);
+    hid_t b16 = small_float_type(8, 7, 127);
+    add_dataset(f, "encoder/layer0/weight", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {3, 4}, w.data());
+    add_dataset(f, "encoder/layer0/bias", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {3}, b.data());
+    add_dataset(f, "half", h16, h16, {3}, half.data());
+    add_dataset(f, "brain", b16, b16, {2}, bf.data());
+    add_dataset(f, "big_endian", H5T_IEEE_F32BE, H5T_NATIVE_FLOAT, {2}, be.data());
+    add_dataset(f, "step", H5T_STD_I32LE, H5T_NATIVE_INT32, {2}, ints.data());
+    add_dataset(f, "scalar", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {}, &scalar, /*scalar=*/true);
+    add_dataset(f, "empty", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {0, 4}, nullptr);
+    H5Tclose(h16);
+    H5Tclose(b16);
+    H5Fclose(f);
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ((*r)->format(), TensorFileFormat::kHdf5);
+  std::vector<std::string> names;
+  for (const auto& t : (*r)->tensors()) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"big_endian", "brain", "empty", "encoder/layer0/bias",
+                                             "encoder/layer0/weight", "half", "scalar"}));
+  const auto& t = (*r)->tensors();
+  EXPECT_EQ(t[0].dtype, DType::kFloat32);
+  EXPECT_EQ(t[1].dtype, DType::kBFloat16);
+  EXPECT_EQ(t[2].shape, (Shape{0, 4}));
+  EXPECT_EQ(t[3].dtype, DType::kFloat64);
+  EXPECT_EQ(t[4].shape, (Shape{3, 4}));
+  EXPECT_EQ(t[5].dtype, DType::kFloat16);
+  EXPECT_EQ(t[6].shape, Shape{});
+  EXPECT_EQ(read_all<float>(**r, 0), be);
+  EXPECT_EQ(read_all<uint16_t>(**r, 1), bf);
+  EXPECT_TRUE(read_all<float>(**r, 2).empty());
+  EXPECT_EQ(read_all<double>(**r, 3), b);
+  EXPECT_EQ(read_all<float>(**r, 4), w);
+  EXPECT_EQ(read_all<uint16_t>(**r, 5), half);
+  EXPECT_EQ(read_all<double>(**r, 6), std::vector<double>{scalar});
+  ASSERT_EQ((*r)->skipped().size(), 1u);
+  EXPECT_EQ((*r)->skipped()[0].name, "step");
+  EXPECT_NE((*r)->skipped()[0].reason.find("integer"), std::string::npos);
+}
+
+TEST_F(Hdf5Test, ReadsEveryRangeOfA3dDataset) {
+  const std::string p = dir_ + "/cube.h5";
+  std::vector<double> v(3 * 4 * 5);
+  std::iota(v.begin(), v.end(), 0.0);
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    add_dataset(f, "cube", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {3, 4, 5}, v.data());
+    H5Fclose(f);
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  auto src = (*r)->open(0);
+  ASSERT_TRUE(src);
+  for (uint64_t first = 0; first <= v.size(); ++first) {
+    for (uint64_t count = 0; first + count <= v.size(); ++count) {
+      std::vector<double> part(count, -1);
+      ASSERT_TRUE((*src)->read(first, count, part.data()).is_ok()) << first << "+" << count;
+      for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(part[i], v[first + i]) << first << "+" << count;
+    }
+  }
+  double one;
+  EXPECT_EQ((*src)->read(60, 1, &one).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(Hdf5Test, WriterRoundTripsInChunks) {
+  std::vector<float> w(2 * 3 * 7);
+  std::iota(w.begin(), w.end(), -5.0f);
+  const std::vector<uint16_t> h = {0x3C00, 0x0001, 0xFBFF};
+  const double s = -1e-300;
+  const std::vector<TensorInfo> infos = {{"net/block.1/conv/weight", DType::kFloat32, {2, 3, 7}},
+                                         {"net/half", DType::kFloat16, {3}},
+                                         {"s", DType::kFloat64, {}},
+                                         {"net/empty", DType::kFloat32, {5, 0}}};
+  const std::string p = dir_ + "/out.h5";
+  auto wr = create_tensor_file(p, infos, {});
+  ASSERT_TRUE(wr) << wr.status().message();
+  ASSERT_TRUE((*wr)->begin(0).is_ok());
+  for (std::size_t done = 0; done < w.size();) {  // odd-sized pieces cross row and plane boundaries
+    const std::size_t n = std::min<std::size_t>(5, w.size() - done);
+    ASSERT_TRUE((*wr)->write(w.data() + done, n).is_ok());
+    done += n;
+  }
+  ASSERT_TRUE((*wr)->end().is_ok());
+  ASSERT_TRUE((*wr)->begin(1).is_ok() && (*wr)->write(h.data(), 3).is_ok() && (*wr)->end().is_ok());
+  ASSERT_TRUE((*wr)->begin(2).is_ok() && (*wr)->write(&s, 1).is_ok() && (*wr)->end().is_ok());
+  ASSERT_TRUE((*wr)->begin(3).is_ok() && (*wr)->end().is_ok());
+  EXPECT_FALSE(fs::exists(p));
+  ASSERT_TRUE((*wr)->finish().is_ok());
+
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ((*r)->tensors().size(), 4u);
+  // Listed by path: net/block.1/conv/weight, net/empty, net/half, s.
+  EXPECT_EQ((*r)->tensors()[0].name, "net/block.1/conv/weight");
+  EXPECT_EQ((*r)->tensors()[0].shape, (Shape{2, 3, 7}));
+  EXPECT_EQ(read_all<float>(**r, 0), w);
+  EXPECT_EQ((*r)->tensors()[1].shape, (Shape{5, 0}));
+  EXPECT_EQ((*r)->tensors()[2].dtype, DType::kFloat16);
+  EXPECT_EQ(read_all<uint16_t>(**r, 2), h);
+  EXPECT_EQ(read_all<double>(**r, 3), std::vector<double>{s});
+
+  // The half dataset is stored in 2 bytes per element, as an IEEE half type.
+  hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, "net/half", H5P_DEFAULT);
+  hid_t t = H5Dget_type(ds);
+  EXPECT_EQ(H5Tget_size(t), 2u);
+  std::size_t spos, epos, esize, mpos, msize;
+  H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize);
+  EXPECT_EQ(esize, 5u);
+  EXPECT_EQ(msize, 10u);
+  H5Tclose(t);
+  H5Dclose(ds);
+  H5Fclose(f);
+}
+
+TEST_F(Hdf5Test, RefusesBfloat16UnlessWidened) {
+  const std::string p = dir_ + "/b.h5";
+  auto refused = create_tensor_file(p, {{"g/bf", DType::kBFloat16, {2}}}, {});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(refused.status().message().find(p + ": tensor 'g/bf' is bfloat16"), std::string::npos);
+
+  WriteOptions widen;
+  widen.widen_bf16 = true;
+  auto w = create_tensor_file(p, {{"g/bf", DType::kBFloat16, {2}}}, widen);
+  ASSERT_TRUE(w) << w.status().message();
+  const std::vector<uint16_t> bf = {0x3F80, 0xC0A0};  // 1, -5
+  ASSERT_TRUE((*w)->begin(0).is_ok() && (*w)->write(bf.data(), 2).is_ok() && (*w)->end().is_ok());
+  ASSERT_TRUE((*w)->finish().is_ok());
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)->tensors()[0].dtype, DType::kFloat32);
+  EXPECT_EQ(read_all<float>(**r, 0), (std::vector<float>{1.0f, -5.0f}));
+}
+
+TEST_F(Hdf5Test, WriterRejectsClashingAndBadNames) {
+  const std::string p = dir_ + "/clash.h5";
+  auto clash = create_tensor_file(p, {{"a", DType::kFloat32, {1}}, {"a/b", DType::kFloat32, {1}}}, {});
+  ASSERT_FALSE(clash);
+  EXPECT_NE(clash.status().message().find(p + ": tensor 'a/b'"), std::string::npos) << clash.status().message();
+  for (const char* bad : {"/abs", "a//b", "x/../y", "."}) {
+    auto r = create_tensor_file(p, {{bad, DType::kFloat32, {1}}}, {});
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_TRUE(fs::is_empty(dir_));  // no file and no temporary left behind
+}
+
+TEST_F(Hdf5Test, RejectsNonHdf5AndMissingFiles) {
+  const std::string p = dir_ + "/fake.h5";
+  std::ofstream(p, std::ios::binary) << "this is not an HDF5 file";
+  auto r = open_tensor_file(p, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kFormatError);
+  EXPECT_NE(r.status().message().find(p), std::string::npos);
+
+  auto missing = open_tensor_file(dir_ + "/missing.hdf5", {});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.status().code(), StatusCode::kIoError);
+  EXPECT_EQ(missing.status().message(), dir_ + "/missing.hdf5: cannot open: No such file or directory");
+}
+
+}  // namespace
+}  // namespace gcz
