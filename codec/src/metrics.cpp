@@ -9,34 +9,39 @@
 namespace gcz {
 namespace {
 
-template <class Load>
-void accumulate(uint64_t n, Load load, uint64_t& nonfinite, double& xx, double& yy, double& xy, double& ee,
-                double& e_sum, double& max_abs) {
-  // Branch-free: a non-finite x contributes zeros (and a count) instead of skipping the element.
-  for (uint64_t i = 0; i < n; ++i) {
-    const double x_raw = load(0, i);
-    const bool finite = std::isfinite(x_raw);
-    const double x = finite ? x_raw : 0.0;
-    const double y = finite ? load(1, i) : 0.0;
-    const double e = y - x;
-    nonfinite += !finite;
-    xx += x * x;
-    yy += y * y;
-    xy += x * y;
-    ee += e * e;
-    e_sum += e;
-    const double a = std::fabs(e);
-    max_abs = a > max_abs ? a : max_abs;
+// Adds element value pair (x, y) to lane l: a non-finite x contributes zeros and a count.
+template <class Lanes>
+inline void add_one(Lanes& a, int l, double x_raw, double y_raw, uint64_t& nonfinite) {
+  const bool finite = std::isfinite(x_raw);
+  const double x = finite ? x_raw : 0.0;
+  const double y = finite ? y_raw : 0.0;
+  const double e = y - x;
+  nonfinite += !finite;
+  a.xx[l] += x * x;
+  a.yy[l] += y * y;
+  a.xy[l] += x * y;
+  a.ee[l] += e * e;
+  a.e[l] += e;
+  const double abs = std::fabs(e);
+  a.max_abs[l] = abs > a.max_abs[l] ? abs : a.max_abs[l];
+}
+
+template <int kLanes, class Lanes, class Load>
+void accumulate(Lanes& a, uint64_t start, uint64_t n, Load load, uint64_t& nonfinite) {
+  uint64_t i = 0;
+  // Lead-in up to the next lane-0 element, so lane = global index mod kLanes.
+  for (; i < n && (start + i) % kLanes != 0; ++i) add_one(a, static_cast<int>((start + i) % kLanes), load(0, i), load(1, i), nonfinite);
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) add_one(a, l, load(0, i + l), load(1, i + l), nonfinite);
   }
+  for (int l = 0; i < n; ++i, ++l) add_one(a, l, load(0, i), load(1, i), nonfinite);
 }
 
 }  // namespace
 
 void MetricsAccumulator::add(DType dtype, const void* x, const void* xhat, uint64_t n) {
   const void* p[2] = {x, xhat};
-  auto run = [&](auto load) {
-    accumulate(n, load, nonfinite_, sum_xx_, sum_yy_, sum_xy_, sum_ee_, sum_e_, max_abs_);
-  };
+  auto run = [&](auto load) { accumulate<kLanes>(lanes_, numel_, n, load, nonfinite_); };
   switch (dtype) {
     case DType::kFloat64:
       run([&](int k, uint64_t i) { return static_cast<const double*>(p[k])[i]; });
@@ -57,12 +62,8 @@ void MetricsAccumulator::add(DType dtype, const void* x, const void* xhat, uint6
 void MetricsAccumulator::merge(const MetricsAccumulator& o) {
   numel_ += o.numel_;
   nonfinite_ += o.nonfinite_;
-  sum_xx_ += o.sum_xx_;
-  sum_yy_ += o.sum_yy_;
-  sum_xy_ += o.sum_xy_;
-  sum_ee_ += o.sum_ee_;
-  sum_e_ += o.sum_e_;
-  if (!(o.max_abs_ <= max_abs_)) max_abs_ = o.max_abs_;
+  merged_.push_back(o.lanes_);
+  merged_.insert(merged_.end(), o.merged_.begin(), o.merged_.end());
 }
 
 Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const {
@@ -74,15 +75,29 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   m.bytes_out = bytes_out;
   m.ratio = bytes_out ? static_cast<double>(bytes_in) / static_cast<double>(bytes_out) : 0.0;
   m.bits_per_element = numel_ ? 8.0 * static_cast<double>(bytes_out) / static_cast<double>(numel_) : 0.0;
-  const double nx = std::sqrt(sum_xx_), ny = std::sqrt(sum_yy_), ne = std::sqrt(sum_ee_);
+  // Lanes in a fixed order: ours, then merged accumulators in the order they were merged.
+  double sum_xx = 0, sum_yy = 0, sum_xy = 0, sum_ee = 0, sum_e = 0, max_abs = 0;
+  auto fold = [&](const Lanes& a) {
+    for (int l = 0; l < kLanes; ++l) {
+      sum_xx += a.xx[l];
+      sum_yy += a.yy[l];
+      sum_xy += a.xy[l];
+      sum_ee += a.ee[l];
+      sum_e += a.e[l];
+      max_abs = a.max_abs[l] > max_abs ? a.max_abs[l] : max_abs;
+    }
+  };
+  fold(lanes_);
+  for (const Lanes& a : merged_) fold(a);
+  const double nx = std::sqrt(sum_xx), ny = std::sqrt(sum_yy), ne = std::sqrt(sum_ee);
   // Conventions for zero vectors: a zero x reproduced exactly is a perfect result.
   m.rel_l2 = nx > 0 ? ne / nx : (ne > 0 ? kInf : 0.0);
-  m.cosine = (nx > 0 && ny > 0) ? sum_xy_ / (nx * ny) : (nx == 0 && ny == 0 ? 1.0 : 0.0);
+  m.cosine = (nx > 0 && ny > 0) ? sum_xy / (nx * ny) : (nx == 0 && ny == 0 ? 1.0 : 0.0);
   m.norm_ratio = nx > 0 ? ny / nx : (ny > 0 ? kInf : 1.0);
-  m.snr_db = ne > 0 ? (nx > 0 ? 10.0 * std::log10(sum_xx_ / sum_ee_) : -kInf) : kInf;
-  m.max_abs_error = max_abs_;
+  m.snr_db = ne > 0 ? (nx > 0 ? 10.0 * std::log10(sum_xx / sum_ee) : -kInf) : kInf;
+  m.max_abs_error = max_abs;
   const uint64_t finite = numel_ - nonfinite_;
-  m.mean_error = finite ? sum_e_ / static_cast<double>(finite) : 0.0;
+  m.mean_error = finite ? sum_e / static_cast<double>(finite) : 0.0;
   return m;
 }
 

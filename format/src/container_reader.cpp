@@ -249,7 +249,17 @@ const TensorRecord* GczReader::find(const std::string& name) const {
 Result<std::unique_ptr<StreamCursor>> GczReader::open_stream(std::size_t tensor, std::size_t stream) const {
   const TensorRecord& t = impl_->index.tensors.at(tensor);
   const StreamRecord& s = t.streams.at(stream);
-  const uint64_t actual = XXH3_64bits(impl_->file->data() + s.offset, s.length);
+  // Hash in slices, dropping each from memory after it, so checking a large stream stays small.
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  constexpr uint64_t kSlice = uint64_t{32} << 20;
+  for (uint64_t done = 0; done < s.length; done += kSlice) {
+    const uint64_t n = std::min(kSlice, s.length - done);
+    XXH3_64bits_update(state, impl_->file->data() + s.offset + done, n);
+    impl_->file->release(s.offset + done, s.offset + done + n);
+  }
+  const uint64_t actual = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
   if (actual != s.xxh3) {
     return impl_->fail("stream-checksum", "stream '" + s.name + "' XXH3 is " + hex(actual) + ", the index says " +
                                               hex(s.xxh3), StatusCode::kChecksumMismatch, t.info.name);

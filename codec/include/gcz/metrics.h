@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "gcz/tensor.h"
 
@@ -41,9 +42,17 @@ class MetricsAccumulator {
   Metrics finish(uint64_t bytes_in, uint64_t bytes_out) const;
 
  private:
+  // Sums are kept in kLanes interleaved partial sums (element i goes to lane i mod kLanes, counted over
+  // the whole tensor) so the loop pipelines and vectorizes, while the result stays independent of how
+  // the tensor was split into add() calls.
+  static constexpr int kLanes = 4;
+  struct Lanes {
+    double xx[kLanes] = {}, yy[kLanes] = {}, xy[kLanes] = {}, ee[kLanes] = {}, e[kLanes] = {}, max_abs[kLanes] = {};
+  };
   uint64_t numel_ = 0;
   uint64_t nonfinite_ = 0;
-  double sum_xx_ = 0, sum_yy_ = 0, sum_xy_ = 0, sum_ee_ = 0, sum_e_ = 0, max_abs_ = 0;
+  Lanes lanes_;
+  std::vector<Lanes> merged_;  // accumulators merged in, summed after our own in finish()
 };
 
 }  // namespace gcz
