@@ -28,7 +28,8 @@ void print_table(const GczReader& r) {
     }
     char ratio[32];
     const double in = static_cast<double>(*t.info.byte_size());
-    std::snprintf(ratio, sizeof ratio, "%.2f", stored ? in / static_cast<double>(stored) : 0.0);
+    if (stored) std::snprintf(ratio, sizeof ratio, "%.2f", in / static_cast<double>(stored));
+    else std::snprintf(ratio, sizeof ratio, "-");
     rows.push_back({t.info.name, std::string(dtype_name(t.info.dtype)), shape_to_string(t.info.shape),
                     chain_to_string(t.chain), streams, human_bytes(stored), ratio});
   }
