@@ -1,0 +1,522 @@
+"""End-to-end tests of the `gcz` command line (docs/CLI.md).
+
+- Every file of the hostile corpus (tests/corrupt/, made by tests/corrupt/make_corpus.py) through
+  `gcz verify`, `gcz info` and `gcz decode`, and every hostile input through `gcz encode` and
+  `gcz eval`: the exit code that tests/corrupt/README.md documents, one `gcz: error: ...` line on
+  stderr naming the file and the FORMAT.md §6 rule, and no output file (nor temporary) left behind.
+- Usage errors, missing files, unknown extensions, `--device cuda` without a GPU.
+- Reports: `--json` totals, `--csv` rows, `--rule`, `--min-numel`, non-finite inputs.
+- Decoding to .npy / .npz / .safetensors / .h5 and back, `--widen`, `--help`.
+
+Needs numpy, pytest and the gcz binary: $GCZ_BIN, default <repo>/build/gcz (the module is skipped
+without it). h5py is optional (without it the .h5 output is checked by reading it back with gcz).
+Run: GCZ_BIN=build/gcz python3 -m pytest -q tests/python/test_cli.py
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GCZ = Path(os.environ.get("GCZ_BIN", str(REPO / "build" / "gcz")))
+CORRUPT = REPO / "tests" / "corrupt"
+SAMPLES = REPO / "samples" / "grads"
+SAMPLE = SAMPLES / "step_0000.safetensors"
+SAMPLE_BF16 = SAMPLES / "step_0000_bf16.safetensors"
+
+pytestmark = pytest.mark.skipif(
+    not (GCZ.is_file() and os.access(GCZ, os.X_OK)),
+    reason=f"gcz binary not found at {GCZ}: build it (cmake, target gcz_cli) or set GCZ_BIN",
+)
+
+needs_samples = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"{SAMPLE} missing (samples/make_samples.py)")
+
+EXIT_USAGE, EXIT_IO, EXIT_BAD_INPUT, EXIT_UNSUPPORTED, EXIT_CHECKSUM, EXIT_DEVICE = 2, 3, 4, 5, 6, 7
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+
+
+def gcz(*args, cwd=None, check: bool = False) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(GCZ), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+    if check and r.returncode != 0:
+        raise AssertionError(f"gcz {' '.join(map(str, args))} failed ({r.returncode}):\n{r.stderr}")
+    return r
+
+
+def error_line(r: subprocess.CompletedProcess) -> str:
+    """The single 'gcz: error: ...' line of a failed command."""
+    lines = r.stderr.strip("\n").splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{r.stderr}"
+    assert lines[0].startswith("gcz: error: "), lines[0]
+    return lines[0]
+
+
+def spec_rules() -> List[str]:
+    """The rule names of FORMAT.md §6, from the spec's table."""
+    text = (REPO / "docs" / "FORMAT.md").read_text()
+    section = text.split("## 6.", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `([a-z0-9-]+)`", section, flags=re.M)
+
+
+RULES = spec_rules()
+
+
+def rule_of(stem: str) -> str:
+    fits = [r for r in RULES if stem == r or stem.startswith(r + "-")]
+    return max(fits, key=len) if fits else ""
+
+
+def readme_tables():
+    """{gcz file: (rule, verify, info, decode)} and {input file: code} from tests/corrupt/README.md."""
+    gczs: Dict[str, tuple] = {}
+    inputs: Dict[str, int] = {}
+    for line in (CORRUPT / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        m = re.fullmatch(r"`(gcz|inputs)/(.+)`", cells[0]) if cells else None
+        if not m:
+            continue
+        if m.group(1) == "gcz":
+            rule = cells[1].strip("`") if cells[1].startswith("`") else ""
+            gczs[m.group(2)] = (rule, int(cells[-3]), int(cells[-2]), int(cells[-1]))
+        else:
+            inputs[m.group(2)] = int(cells[-1])
+    return gczs, inputs
+
+
+GCZ_TABLE, INPUT_TABLE = readme_tables()
+GCZ_FILES = sorted(p.name for p in (CORRUPT / "gcz").glob("*.gcz"))
+INPUT_FILES = sorted(p.name for p in (CORRUPT / "inputs").iterdir()) if (CORRUPT / "inputs").is_dir() else []
+RAW_ARGS = ["--dtype", "f32", "--shape", "3,3"]
+
+
+def listing(d: Path) -> List[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+def read_safetensors(path: Path) -> Dict[str, tuple]:
+    """{name: (dtype, shape, bytes)}."""
+    data = path.read_bytes()
+    (n,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = (t["dtype"], list(t["shape"]), data[8 + n + a:8 + n + b])
+    return out
+
+
+def sample_arrays(path: Path) -> Dict[str, np.ndarray]:
+    np_dtype = {"F32": "<f4", "F16": "<f2", "F64": "<f8"}
+    out = {}
+    for name, (dt, shape, raw) in read_safetensors(path).items():
+        if dt == "BF16":  # widen exactly: bfloat16 is the top half of a float32
+            out[name] = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape)
+        else:
+            out[name] = np.frombuffer(raw, np_dtype[dt]).reshape(shape)
+    return out
+
+
+def encode_json(tmp: Path, *args) -> dict:
+    r = gcz("encode", *args, "-o", tmp / "out.gcz", "--json", check=True)
+    return json.loads(r.stdout)
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. the corpus
+
+
+def test_readme_documents_every_corpus_file():
+    assert len(RULES) == 21, RULES
+    assert GCZ_FILES, "no corpus: run tests/corrupt/make_corpus.py"
+    assert sorted(GCZ_TABLE) == GCZ_FILES
+    assert sorted(INPUT_TABLE) == INPUT_FILES
+    for f, (rule, *_codes) in GCZ_TABLE.items():
+        assert rule == ("" if f.startswith("valid") else rule_of(f[:-4])), f
+    for r in RULES:
+        assert f"{r}.gcz" in GCZ_FILES, f"no corpus file for rule {r}"
+
+
+def check_rejection(r: subprocess.CompletedProcess, code: int, path: Path, rule: str) -> None:
+    assert r.returncode == code, f"exit {r.returncode}, expected {code}:\n{r.stderr}"
+    line = error_line(r)
+    assert str(path) in line, line
+    if rule:
+        assert f": {rule}: " in line, f"rule {rule} not named: {line}"
+
+
+@pytest.fixture(scope="module")
+def corpus_listing():
+    before = listing(CORRUPT)
+    yield
+    assert listing(CORRUPT) == before, "a command wrote into tests/corrupt/"
+
+
+@pytest.mark.parametrize("name", GCZ_FILES)
+def test_corpus_verify(name, corpus_listing):
+    rule, code, _, _ = GCZ_TABLE[name]
+    path = CORRUPT / "gcz" / name
+    r = gcz("verify", path)
+    if code == 0:
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith(f"{path}: ok"), r.stdout
+        return
+    check_rejection(r, code, path, rule)
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("name", GCZ_FILES)
+def test_corpus_info(name, corpus_listing):
+    rule, _, code, _ = GCZ_TABLE[name]
+    path = CORRUPT / "gcz" / name
+    for args in ([], ["--json"]):
+        r = gcz("info", path, *args)
+        if code == 0:
+            assert r.returncode == 0, r.stderr
+            if args:
+                j = json.loads(r.stdout)
+                assert j["format"] == "gcz" and isinstance(j["tensors"], list)
+            continue
+        check_rejection(r, code, path, rule)
+        assert r.stdout == ""
+
+
+@pytest.mark.parametrize("name", GCZ_FILES)
+def test_corpus_decode_leaves_nothing(name, tmp_path, corpus_listing):
+    rule, _, _, code = GCZ_TABLE[name]
+    path = CORRUPT / "gcz" / name
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for out in ("restored.safetensors", "restored.npz"):
+        r = gcz("decode", path, "-o", out_dir / out, "--device", "cpu")
+        if code == 0:
+            assert r.returncode == 0, r.stderr
+            assert (out_dir / out).is_file()
+            continue
+        check_rejection(r, code, path, rule)
+        assert listing(out_dir) == [], f"decode left files behind: {listing(out_dir)}"
+    # A directory output: nothing may be created in it, nor the directory itself.
+    r = gcz("decode", path, "-o", str(tmp_path / "dir") + "/", "--device", "cpu")
+    if code != 0:
+        check_rejection(r, code, path, rule)
+        assert not (tmp_path / "dir").exists() or listing(tmp_path / "dir") == []
+        assert sorted(os.listdir(tmp_path)) == ["out"], os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("name", INPUT_FILES)
+@pytest.mark.parametrize("command", ["encode", "eval"])
+def test_hostile_inputs(name, command, tmp_path):
+    code = INPUT_TABLE[name]
+    path = CORRUPT / "inputs" / name
+    extra = RAW_ARGS if path.suffix == ".bin" else []
+    out = ["-o", tmp_path / "out.gcz"] if command == "encode" else []
+    r = gcz(command, path, *extra, *out, cwd=tmp_path)
+    assert r.returncode == code, f"exit {r.returncode}, expected {code}:\n{r.stderr}"
+    line = error_line(r)
+    assert str(path) in line, line
+    assert os.listdir(tmp_path) == [], f"{command} left files: {os.listdir(tmp_path)}"
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. usage, I/O and device errors
+
+
+@pytest.mark.parametrize("command", ["verify", "info", "decode", "encode", "eval"])
+def test_missing_input_is_an_io_error(command, tmp_path):
+    missing = tmp_path / "no-such-file.gcz" if command in ("verify", "info", "decode") else tmp_path / "nope.npy"
+    out = {"decode": ["-o", tmp_path / "x.npz"], "encode": ["-o", tmp_path / "x.gcz"]}.get(command, [])
+    r = gcz(command, missing, *out)
+    assert r.returncode == EXIT_IO, r.stderr
+    assert str(missing) in error_line(r)
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_unknown_extension_is_unsupported(tmp_path):
+    txt = tmp_path / "grads.txt"
+    txt.write_bytes(b"\0" * 16)
+    for command in ("encode", "eval"):
+        out = ["-o", tmp_path / "x.gcz"] if command == "encode" else []
+        r = gcz(command, txt, *out)
+        assert r.returncode == EXIT_UNSUPPORTED, r.stderr
+        assert str(txt) in error_line(r) and ".txt" in error_line(r)
+    r = gcz("decode", CORRUPT / "gcz" / "valid.gcz", "-o", tmp_path / "out.xyz")
+    assert r.returncode == EXIT_UNSUPPORTED, r.stderr
+    assert ".xyz" in error_line(r)
+    assert sorted(os.listdir(tmp_path)) == ["grads.txt"]
+
+
+@needs_samples
+@pytest.mark.parametrize("spec", ["fp17", "fp16:level=3", "zstd"])
+@pytest.mark.parametrize("command", ["encode", "eval"])
+def test_bad_codec_spec_is_a_usage_error(spec, command, tmp_path):
+    out = ["-o", tmp_path / "x.gcz"] if command == "encode" else []
+    r = gcz(command, SAMPLE, "-c", spec, *out)
+    assert r.returncode == EXIT_USAGE, f"-c {spec}: exit {r.returncode}, expected {EXIT_USAGE}: {r.stderr}"
+    assert spec in error_line(r), f"the message does not name the spec {spec!r}: {r.stderr}"
+    assert os.listdir(tmp_path) == []
+
+
+@needs_samples
+@pytest.mark.parametrize("rule", ["*.bias", "=none", "*.bias=fp16:level=3", "*.bias=fp17"])
+def test_bad_rule_is_a_usage_error(rule):
+    r = gcz("eval", SAMPLE, "--rule", rule)
+    assert r.returncode == EXIT_USAGE, f"--rule {rule}: exit {r.returncode}, expected {EXIT_USAGE}: {r.stderr}"
+    assert rule in error_line(r)
+
+
+def _cuda_usable() -> bool:
+    v = gcz("--version").stdout
+    return "CUDA backend built in" in v and (Path("/dev/nvidia0").exists() or Path("/dev/nvidiactl").exists())
+
+
+@needs_samples
+def test_device_cuda_without_gpu(tmp_path):
+    if _cuda_usable():
+        pytest.skip("a GPU and a CUDA build are present: --device cuda is expected to work here")
+    for args in (["eval", SAMPLE], ["encode", SAMPLE, "-o", tmp_path / "x.gcz"],
+                 ["decode", CORRUPT / "gcz" / "valid.gcz", "-o", tmp_path / "x.npz"]):
+        r = gcz(*args, "--device", "cuda")
+        assert r.returncode == EXIT_DEVICE, r.stderr
+        line = error_line(r)
+        assert "cuda" in line.lower(), line
+    assert os.listdir(tmp_path) == []
+    # auto falls back to the CPU
+    r = gcz("eval", SAMPLE, "--device", "auto", "--json", check=True)
+    assert json.loads(r.stdout)["backend"] == "cpu"
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. reports
+
+
+@needs_samples
+def test_json_report_totals_are_consistent(tmp_path):
+    rep = encode_json(tmp_path, SAMPLE)
+    tensors, total = rep["tensors"], rep["total"]
+    originals = sample_arrays(SAMPLE)
+    assert [t["name"] for t in tensors] == list(originals)
+    for t in tensors:
+        m = t["metrics"]
+        assert m["numel"] == originals[t["name"]].size
+        assert m["bytes_in"] == originals[t["name"]].nbytes
+        assert m["ratio"] == pytest.approx(m["bytes_in"] / m["bytes_out"], rel=1e-9)
+        assert t["codec"] == "fp16" and t["dtype"] == "float32"
+    assert total["bytes_in"] == sum(t["metrics"]["bytes_in"] for t in tensors)
+    assert total["numel"] == sum(t["metrics"]["numel"] for t in tensors)
+    assert total["bytes_out"] == (tmp_path / "out.gcz").stat().st_size
+    assert total["ratio"] == pytest.approx(total["bytes_in"] / total["bytes_out"], rel=1e-9)
+    assert total["bits_per_element"] == pytest.approx(8 * total["bytes_out"] / total["numel"], rel=1e-9)
+    assert rep["skipped"] == []
+
+
+@needs_samples
+def test_csv_report_has_a_header_and_a_row_per_tensor_and_total(tmp_path):
+    r = gcz("encode", SAMPLE, "-o", tmp_path / "out.gcz", "--csv", check=True)
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    header, body = rows[0], rows[1:]
+    for key in ("tensor", "numel", "bytes_in", "bytes_out", "ratio", "bits_per_element", "rel_l2", "cosine",
+                "max_abs_error", "snr_db", "norm_ratio", "mean_error", "nonfinite"):
+        assert key in header, header
+    names = list(sample_arrays(SAMPLE))
+    assert [row[0] for row in body] == names + ["TOTAL"]
+    assert all(len(row) == len(header) for row in body)
+    col = {k: header.index(k) for k in header}
+    total = body[-1]
+    assert int(total[col["bytes_in"]]) == sum(int(row[col["bytes_in"]]) for row in body[:-1])
+    assert int(total[col["bytes_out"]]) == (tmp_path / "out.gcz").stat().st_size
+
+
+@needs_samples
+def test_eval_writes_nothing(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    inp = tmp_path / "in"
+    inp.mkdir()
+    shutil.copy(SAMPLE, inp / SAMPLE.name)
+    before = listing(tmp_path)
+    r = gcz("eval", inp / SAMPLE.name, "-c", "bf16+zstd", "--json", cwd=work, check=True)
+    assert listing(tmp_path) == before
+    rep = json.loads(r.stdout)
+    # its byte counts are those the file would have
+    enc = encode_json(work, inp / SAMPLE.name, "-c", "bf16+zstd")
+    assert rep["total"]["bytes_out"] == enc["total"]["bytes_out"]
+
+
+@needs_samples
+def test_rule_makes_bias_tensors_lossless(tmp_path):
+    rep = encode_json(tmp_path, SAMPLE, "--rule", "*.bias=none")
+    biases = [t for t in rep["tensors"] if t["name"].endswith(".bias")]
+    assert biases
+    for t in rep["tensors"]:
+        if t["name"].endswith(".bias"):
+            assert t["codec"] == "none"
+            assert t["metrics"]["rel_l2"] == 0
+            assert t["metrics"]["max_abs_error"] == 0
+        else:
+            assert t["codec"] == "fp16"
+    assert any(t["metrics"]["rel_l2"] > 0 for t in rep["tensors"] if not t["name"].endswith(".bias"))
+
+
+@needs_samples
+def test_min_numel_makes_small_tensors_lossless(tmp_path):
+    limit = 300
+    rep = encode_json(tmp_path, SAMPLE, "--min-numel", limit)
+    small = [t for t in rep["tensors"] if t["metrics"]["numel"] < limit]
+    large = [t for t in rep["tensors"] if t["metrics"]["numel"] >= limit]
+    assert small and large
+    for t in small:
+        assert t["codec"] == "none" and t["metrics"]["rel_l2"] == 0, t
+    for t in large:
+        assert t["codec"] == "fp16", t
+    assert any(t["metrics"]["rel_l2"] > 0 for t in large)
+
+
+def test_nonfinite_input_warns_and_counts(tmp_path):
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    x[[3, 10, 20, 40]] = [np.nan, np.inf, -np.inf, np.nan]
+    np.save(tmp_path / "grad_nan.npy", x)
+    r = gcz("encode", tmp_path / "grad_nan.npy", "-o", tmp_path / "g.gcz", "--json")
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert warnings and any("grad_nan" in ln for ln in warnings), r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["tensors"][0]["metrics"]["nonfinite"] == 4
+    assert rep["total"]["nonfinite"] == 4
+    m = rep["tensors"][0]["metrics"]
+    assert m["rel_l2"] is not None and math.isfinite(m["rel_l2"])  # finite values only
+    gcz("decode", tmp_path / "g.gcz", "-o", tmp_path / "back.npy", check=True)
+    y = np.load(tmp_path / "back.npy")
+    assert np.array_equal(np.isnan(y), np.isnan(x))
+    assert y[10] == np.inf and y[20] == -np.inf
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. decoding
+
+
+@pytest.fixture(scope="module")
+def lossless(tmp_path_factory):
+    if not SAMPLE.is_file():
+        pytest.skip(f"{SAMPLE} missing")
+    d = tmp_path_factory.mktemp("lossless")
+    gcz("encode", SAMPLE, "-o", d / "none.gcz", "-c", "none+zstd", "-q", check=True)
+    return d / "none.gcz", sample_arrays(SAMPLE)
+
+
+def _same(got: Dict[str, np.ndarray], want: Dict[str, np.ndarray]) -> None:
+    assert sorted(got) == sorted(want)
+    for k, v in want.items():
+        assert got[k].shape == v.shape, k
+        assert got[k].dtype == v.dtype, (k, got[k].dtype, v.dtype)
+        assert np.array_equal(got[k].view(np.uint8), v.view(np.uint8)), k
+
+
+def test_decode_to_safetensors(lossless, tmp_path):
+    gz, want = lossless
+    gcz("decode", gz, "-o", tmp_path / "r.safetensors", check=True)
+    got = {k: np.frombuffer(raw, "<f4").reshape(shape) for k, (dt, shape, raw)
+           in read_safetensors(tmp_path / "r.safetensors").items() if dt == "F32"}
+    _same(got, want)
+
+
+def test_decode_to_npz(lossless, tmp_path):
+    gz, want = lossless
+    gcz("decode", gz, "-o", tmp_path / "r.npz", check=True)
+    with np.load(tmp_path / "r.npz") as z:
+        _same({k: z[k] for k in z.files}, want)
+
+
+def test_decode_to_npy(lossless, tmp_path):
+    gz, want = lossless
+    r = gcz("decode", gz, "-o", tmp_path / "all.npy")  # several tensors cannot go to one .npy
+    assert r.returncode != 0 and os.listdir(tmp_path) == []
+    error_line(r)
+    gcz("decode", gz, "-o", tmp_path / "w.npy", "-t", "blocks.0.mix.weight", check=True)
+    _same({"blocks.0.mix.weight": np.load(tmp_path / "w.npy")}, {"blocks.0.mix.weight": want["blocks.0.mix.weight"]})
+
+
+def test_decode_to_directory(lossless, tmp_path):
+    gz, want = lossless
+    gcz("decode", gz, "-o", str(tmp_path / "d") + "/", check=True)
+    got = {str(p.relative_to(tmp_path / "d"))[:-4]: np.load(p) for p in (tmp_path / "d").rglob("*.npy")}
+    _same(got, want)
+
+
+def test_decode_to_h5(lossless, tmp_path):
+    gz, want = lossless
+    gcz("decode", gz, "-o", tmp_path / "r.h5", check=True)
+    try:
+        import h5py  # noqa: F401
+    except ImportError:
+        h5py = None
+    if h5py is not None:
+        with h5py.File(tmp_path / "r.h5", "r") as f:
+            got = {}
+            f.visititems(lambda name, obj: got.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        _same(got, want)
+    # Read back by gcz itself: the .h5 encodes to the same tensors.
+    gcz("encode", tmp_path / "r.h5", "-o", tmp_path / "again.gcz", "-c", "none", "-q", check=True)
+    gcz("decode", tmp_path / "again.gcz", "-o", tmp_path / "again.npz", check=True)
+    with np.load(tmp_path / "again.npz") as z:
+        _same({k: z[k] for k in z.files}, want)
+
+
+def test_bf16_needs_widen_for_npy(tmp_path):
+    if not SAMPLE_BF16.is_file():
+        pytest.skip(f"{SAMPLE_BF16} missing")
+    gcz("encode", SAMPLE_BF16, "-o", tmp_path / "b.gcz", "-c", "none", "-q", check=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = gcz("decode", tmp_path / "b.gcz", "-o", out / "h.npy", "-t", "head.bias")
+    assert r.returncode == EXIT_UNSUPPORTED, r.stderr
+    assert "--widen" in error_line(r)
+    assert os.listdir(out) == []
+    for target in ("h.npy", "all.npz"):
+        args = ["-t", "head.bias"] if target.endswith(".npy") else []
+        gcz("decode", tmp_path / "b.gcz", "-o", out / target, "--widen", *args, check=True)
+    want = sample_arrays(SAMPLE_BF16)
+    got = np.load(out / "h.npy")
+    assert got.dtype == np.float32
+    _same({"head.bias": got}, {"head.bias": want["head.bias"]})
+    with np.load(out / "all.npz") as z:
+        _same({k: z[k] for k in z.files}, want)
+    # .safetensors holds bfloat16 as it is, without --widen.
+    gcz("decode", tmp_path / "b.gcz", "-o", out / "b.safetensors", check=True)
+    assert {dt for dt, _, _ in read_safetensors(out / "b.safetensors").values()} == {"BF16"}
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. help
+
+
+def subcommands() -> List[str]:
+    """The subcommands `gcz --help` lists."""
+    text = gcz("--help").stdout
+    section = text.split("Subcommands:", 1)[1].split("\n\n", 1)[0]
+    return [line.split()[0] for line in section.splitlines() if line.strip()]
+
+
+def test_help_exits_0_with_an_example():
+    commands = subcommands()
+    assert {"encode", "eval", "decode", "info", "verify"} <= set(commands), commands
+    for command in [[]] + [[c] for c in commands]:
+        r = gcz(*command, "--help")
+        assert r.returncode == 0, (command, r.stderr)
+        assert "Example" in r.stdout, (command, r.stdout)
+        assert "gcz " + " ".join(command) in r.stdout.split("Example", 1)[1], (command, r.stdout)
