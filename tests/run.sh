@@ -10,6 +10,7 @@ if ! ctest --test-dir build --output-on-failure -j "$(nproc 2>/dev/null || echo 
   grep -v -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' build/ctest.log | tail -n 200
   exit 1
 fi
-tail -n 4 build/ctest.log
+grep -E 'tests passed|tests failed|Total Test time' build/ctest.log
+grep -c 'Skipped' build/ctest.log | xargs -I{} echo '{} skipped (GPU tests without a usable CUDA device; messages in build/ctest.log)'
 echo "== Python tests (pytest)"
 GCZ_BIN="$root/build/gcz" python3 -m pytest -q tests/python

@@ -52,8 +52,10 @@ class ZstdCursor : public StreamCursor {
   }
   ~ZstdCursor() override { ZSTD_freeDCtx(dctx_); }
 
+  // Also called with n == 0 on an empty stream, to check its frame.
   Status read(void* dst, uint64_t n) override {
     if (n > s_.size - produced_) return frame_error("read past the declared size");
+    if (n == 0) return produced_ == s_.size ? check_end() : Status::ok();
     ZSTD_outBuffer out{dst, n, 0};
     while (out.pos < out.size) {
       const std::size_t before_in = in_.pos, before_out = out.pos;
@@ -268,7 +270,9 @@ Result<std::unique_ptr<StreamCursor>> GczReader::open_stream(std::size_t tensor,
     return std::unique_ptr<StreamCursor>(
         new RawCursor(*impl_->file, s, path() + ": tensor '" + t.info.name + "': stream '" + s.name + "'"));
   }
-  return std::unique_ptr<StreamCursor>(new ZstdCursor(*impl_->file, s, path(), t.info.name));
+  auto cursor = std::make_unique<ZstdCursor>(*impl_->file, s, path(), t.info.name);
+  if (s.size == 0) GCZ_RETURN_IF_ERROR(cursor->read(nullptr, 0));  // nothing will be read: check the frame now
+  return std::unique_ptr<StreamCursor>(std::move(cursor));
 }
 
 Status GczReader::verify(const std::function<void(uint64_t, uint64_t)>& progress) const {

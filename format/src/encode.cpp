@@ -103,13 +103,18 @@ Result<CodecRule> parse_codec_rule(const std::string& text) {
 Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const std::string& output,
                                   const EncodeOptions& options) {
   if (inputs.empty()) return invalid_argument("no input files");
-  GCZ_ASSIGN_OR_RETURN(EncodingPlan default_plan, parse_encoding_plan(options.spec));
-  // Check every codec spec once before any work: a typo should fail at once, not after an hour.
-  GCZ_RETURN_IF_ERROR(make_codec(default_plan.codec.name, default_plan.codec.params, Backend::kCpu).status());
+  // Check every codec spec once before any work: a typo should fail at once, not after an hour. A
+  // codec the user names that does not exist is a usage error here (in a file it is kUnsupported).
+  auto check_spec = [](const std::string& spec, const std::string& where) -> Result<EncodingPlan> {
+    auto plan = parse_encoding_plan(spec);
+    if (!plan) return plan.status().with_context(where);
+    auto c = make_codec(plan->codec.name, plan->codec.params, Backend::kCpu);
+    if (!c) return Status(StatusCode::kInvalidArgument, where + ": " + c.status().message());
+    return plan;
+  };
+  GCZ_ASSIGN_OR_RETURN(EncodingPlan default_plan, check_spec(options.spec, "codec spec '" + options.spec + "'"));
   for (const CodecRule& r : options.rules) {
-    GCZ_ASSIGN_OR_RETURN(EncodingPlan p, parse_encoding_plan(r.spec));
-    auto c = make_codec(p.codec.name, p.codec.params, Backend::kCpu);
-    if (!c) return c.status().with_context("--rule '" + r.glob + "=" + r.spec + "'");
+    GCZ_RETURN_IF_ERROR(check_spec(r.spec, "--rule '" + r.glob + "=" + r.spec + "'").status());
   }
   EncodeReport report;
   GCZ_ASSIGN_OR_RETURN(report.backend, resolve_backend(options.device));

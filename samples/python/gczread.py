@@ -345,6 +345,9 @@ def _validate_chain(chain: List[Any], tname: str) -> Tuple[Dict[str, Any], ...]:
                     "unknown-codec", f"codec {sname!r} takes no parameters, got {sorted(params)}",
                     tname)
         else:
+            if i > 1:
+                raise GczFormatError("unknown-codec", "more than one stage after the element codec",
+                                     tname)
             if sname != "zstd":
                 raise GczFormatError("unknown-codec", f"unknown stage {sname!r} after the first",
                                      tname)

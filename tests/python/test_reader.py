@@ -567,9 +567,9 @@ def test_accepts_minor_versions_and_unknown_keys(tmp_path, victim):
     gcz("verify", str(path))
 
 
-def test_known_disagreements_with_cpp(tmp_path, victim):
-    """Files the spec forbids but gcz 0.1.0 accepts (gczread follows the spec): a zstd stage with
-    no level or a level outside 1..22, and an empty zstd stream (not 'exactly one zstd frame')."""
+def test_zstd_stage_edge_cases_rejected_by_both_readers(tmp_path, victim):
+    """A zstd stage with no level or a level outside 1..22, and an empty zstd stream (not 'exactly
+    one zstd frame'): the spec forbids them, and gczread and gcz both reject them naming the rule."""
     cases = {
         "zstd-no-level": _edit_index(lambda j: T0(j)["codec"][1].update(params={})),
         "zstd-level-23": _edit_index(lambda j: T0(j)["codec"][1].update(params={"level": 23})),
@@ -585,6 +585,24 @@ def test_known_disagreements_with_cpp(tmp_path, victim):
             with GczFile(path) as f:
                 f.verify()
         assert ei.value.rule == rules[case]
+        r = subprocess.run([str(GCZ), "verify", str(path)], capture_output=True, text=True)
+        assert r.returncode != 0 and f"{rules[case]}:" in r.stderr, (case, r.stderr)
+
+
+CORRUPT = REPO / "tests" / "corrupt" / "gcz"
+
+
+@pytest.mark.parametrize("path", sorted(CORRUPT.glob("*.gcz")), ids=lambda p: p.name)
+def test_corrupt_corpus(path):
+    """Every file of the corrupt corpus is rejected with the rule its name gives; valid*.gcz verify."""
+    if path.name.startswith("valid"):
+        with GczFile(path) as f:
+            f.verify()
+        return
+    with pytest.raises(GczFormatError) as ei:
+        with GczFile(path) as f:
+            f.verify()
+    assert path.stem.startswith(ei.value.rule), (path.name, ei.value.rule, str(ei.value))
 
 
 def test_missing_zstandard_is_a_clear_error(monkeypatch, victim, tmp_path):
