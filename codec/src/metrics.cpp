@@ -9,7 +9,14 @@
 namespace gcz {
 namespace {
 
-// Adds element value pair (x, y) to lane l: a non-finite x contributes zeros and a count.
+inline double widen(double v) { return v; }
+inline double widen(float v) { return v; }
+struct F16 { uint16_t bits; };
+struct BF16 { uint16_t bits; };
+inline double widen(F16 v) { return detail::f16_to_f32(v.bits); }
+inline double widen(BF16 v) { return detail::bf16_to_f32(v.bits); }
+
+// Adds the pair (x, y) to lane l: a non-finite x contributes zeros and a count. Branch-free.
 template <class Lanes>
 inline void add_one(Lanes& a, int l, double x_raw, double y_raw, uint64_t& nonfinite) {
   const bool finite = std::isfinite(x_raw);
@@ -26,35 +33,31 @@ inline void add_one(Lanes& a, int l, double x_raw, double y_raw, uint64_t& nonfi
   a.max_abs[l] = abs > a.max_abs[l] ? abs : a.max_abs[l];
 }
 
-template <int kLanes, class Lanes, class Load>
-void accumulate(Lanes& a, uint64_t start, uint64_t n, Load load, uint64_t& nonfinite) {
+// Element i of the tensor goes to lane i mod kLanes; `start` is the index of x[0] in the tensor.
+template <int kLanes, class Lanes, class T>
+void accumulate(Lanes& a, uint64_t start, const T* x, const T* y, uint64_t n, uint64_t& nonfinite) {
   uint64_t i = 0;
-  // Lead-in up to the next lane-0 element, so lane = global index mod kLanes.
-  for (; i < n && (start + i) % kLanes != 0; ++i) add_one(a, static_cast<int>((start + i) % kLanes), load(0, i), load(1, i), nonfinite);
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) add_one(a, l, load(0, i + l), load(1, i + l), nonfinite);
+  for (; i < n && (start + i) % kLanes != 0; ++i) {
+    add_one(a, static_cast<int>((start + i) % kLanes), widen(x[i]), widen(y[i]), nonfinite);
   }
-  for (int l = 0; i < n; ++i, ++l) add_one(a, l, load(0, i), load(1, i), nonfinite);
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) add_one(a, l, widen(x[i + l]), widen(y[i + l]), nonfinite);
+  }
+  for (int l = 0; i < n; ++i, ++l) add_one(a, l, widen(x[i]), widen(y[i]), nonfinite);
 }
 
 }  // namespace
 
 void MetricsAccumulator::add(DType dtype, const void* x, const void* xhat, uint64_t n) {
-  const void* p[2] = {x, xhat};
-  auto run = [&](auto load) { accumulate<kLanes>(lanes_, numel_, n, load, nonfinite_); };
+  auto run = [&](auto* typed) {
+    using T = std::remove_pointer_t<decltype(typed)>;
+    accumulate<kLanes>(lanes_, numel_, static_cast<const T*>(x), static_cast<const T*>(xhat), n, nonfinite_);
+  };
   switch (dtype) {
-    case DType::kFloat64:
-      run([&](int k, uint64_t i) { return static_cast<const double*>(p[k])[i]; });
-      break;
-    case DType::kFloat32:
-      run([&](int k, uint64_t i) { return double{static_cast<const float*>(p[k])[i]}; });
-      break;
-    case DType::kFloat16:
-      run([&](int k, uint64_t i) { return double{detail::f16_to_f32(static_cast<const uint16_t*>(p[k])[i])}; });
-      break;
-    case DType::kBFloat16:
-      run([&](int k, uint64_t i) { return double{detail::bf16_to_f32(static_cast<const uint16_t*>(p[k])[i])}; });
-      break;
+    case DType::kFloat64: run(static_cast<double*>(nullptr)); break;
+    case DType::kFloat32: run(static_cast<float*>(nullptr)); break;
+    case DType::kFloat16: run(static_cast<F16*>(nullptr)); break;
+    case DType::kBFloat16: run(static_cast<BF16*>(nullptr)); break;
   }
   numel_ += n;
 }
