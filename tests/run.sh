@@ -11,6 +11,6 @@ if ! ctest --test-dir build --output-on-failure -j "$(nproc 2>/dev/null || echo 
   exit 1
 fi
 grep -E 'tests passed|tests failed|Total Test time' build/ctest.log
-grep -c 'Skipped' build/ctest.log | xargs -I{} echo '{} skipped (GPU tests without a usable CUDA device; messages in build/ctest.log)'
+echo "$(grep -cE 'Test +#[0-9]+: .*Skipped' build/ctest.log) skipped (GPU tests without a usable CUDA device; the reasons are in build/ctest.log)"
 echo "== Python tests (pytest)"
 GCZ_BIN="$root/build/gcz" python3 -m pytest -q tests/python
