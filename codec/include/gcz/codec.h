@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,10 +40,52 @@ std::string param_to_string(const ParamValue& v);
 
 // Typed access to a parameter with a default; an error names the codec, key and expected type.
 Result<int64_t> get_int_param(const Params& p, std::string_view codec, std::string_view key, int64_t def);
+// A number (integer or not) parameter.
+Result<double> get_number_param(const Params& p, std::string_view codec, std::string_view key, double def);
+// A word parameter that must be one of `allowed`.
+Result<std::string> get_choice_param(const Params& p, std::string_view codec, std::string_view key,
+                                     const std::vector<std::string>& allowed, std::string_view def);
+// Fails naming the first key of `p` not in `known` (a typo must not be ignored).
+Status check_param_keys(const Params& p, std::string_view codec, const std::vector<std::string>& known);
+
+// What a codec's random draws are keyed by (docs/CODECS.md, "Randomness").
+struct CodecContext {
+  uint64_t seed = 0;        // --seed, recorded in each tensor's index entry
+  uint64_t tensor_key = 0;  // tensor_key(name)
+};
+// XXH3-64 (seed 0) of the tensor name's UTF-8 bytes.
+uint64_t tensor_key(std::string_view name);
+
+// State a codec carries from one step to the next (PowerSGD's Q), saved in the error-feedback file.
+struct CodecState {
+  Shape shape;
+  std::vector<float> values;
+};
 
 class Codec {
  public:
   virtual ~Codec() = default;
+
+  // The seed and tensor identity for random draws; set before encode() and decode().
+  void set_context(const CodecContext& context) { context_ = context; }
+  const CodecContext& context() const { return context_; }
+
+  // Whether stream `stream` always has exactly stream_size() bytes. A stream whose size depends on
+  // the data (Top-K's indices) returns false, and stream_size() is then an upper bound; only
+  // whole-tensor codecs (chunk_unit() == 0) may have such streams.
+  virtual bool exact_size(std::size_t stream) const {
+    (void)stream;
+    return true;
+  }
+
+  // Carried state: the codec's state after the last encode() (nullopt when it keeps none), and the
+  // state to start the next encode() from (a warm start).
+  virtual std::optional<CodecState> state() const { return std::nullopt; }
+  virtual Status set_state(const TensorInfo& t, const CodecState& state) {
+    (void)t;
+    (void)state;
+    return Status::ok();
+  }
 
   // The name and parameters recorded in the index: together they are all a decoder needs.
   virtual std::string_view name() const = 0;
@@ -68,6 +111,9 @@ class Codec {
   // stream_size(t, i, first, count) bytes of stream i.
   virtual Status decode(const TensorInfo& t, const std::vector<ByteSpan>& in, uint64_t first, uint64_t count,
                         void* dst) = 0;
+
+ protected:
+  CodecContext context_;
 };
 
 // Names of the codecs this build knows (for --help and error messages).
