@@ -6,4 +6,8 @@ target_sources(gcz PRIVATE
   codec/src/convert.cpp
   codec/src/metrics.cpp
   codec/src/status.cpp
-  codec/src/tensor.cpp)
+  codec/src/tensor.cpp
+  codec/src/value_codec.cpp)
+# The gradient codecs: one file (or a few) per codec under codec/src/codecs/.
+file(GLOB GCZ_CODEC_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/src/codecs/*.cpp)
+target_sources(gcz PRIVATE ${GCZ_CODEC_SOURCES})

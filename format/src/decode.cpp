@@ -35,6 +35,7 @@ Status decode_tensor(const GczReader& reader, std::size_t index, Backend backend
   auto made = make_codec(rec.chain[0].name, rec.chain[0].params, backend);
   if (!made) return made.status().with_context(where);
   Codec& codec = **made;
+  codec.set_context({rec.seed, tensor_key(t.name)});
   std::vector<std::unique_ptr<StreamCursor>> cursors;
   for (std::size_t s = 0; s < rec.streams.size(); ++s) {
     GCZ_ASSIGN_OR_RETURN(auto c, reader.open_stream(index, s));
@@ -51,7 +52,9 @@ Status decode_tensor(const GczReader& reader, std::size_t index, Backend backend
     const uint64_t count = std::min(chunk, numel - first);
     std::vector<ByteSpan> spans;
     for (std::size_t s = 0; s < in.size(); ++s) {
-      GCZ_ASSIGN_OR_RETURN(uint64_t n, codec.stream_size(t, s, first, count));
+      // A whole-tensor codec's streams are read whole (their size may depend on the data).
+      GCZ_ASSIGN_OR_RETURN(uint64_t n, unit == 0 ? Result<uint64_t>(rec.streams[s].size)
+                                                 : codec.stream_size(t, s, first, count));
       in[s].resize(n);
       GCZ_RETURN_IF_ERROR(cursors[s]->read(in[s].data(), n));
       spans.emplace_back(in[s]);

@@ -34,6 +34,7 @@ class TensorEncoder {
     auto made = make_codec(plan.codec.name, plan.codec.params, backend_);
     if (!made) return made.status().with_context("tensor '" + t.name + "'");
     Codec& codec = **made;
+    codec.set_context({options_.seed, tensor_key(t.name)});
 
     TensorRecord rec;
     rec.info = t;

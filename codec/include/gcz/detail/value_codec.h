@@ -1,0 +1,46 @@
+// gcz/detail/value_codec.h — a codec applied to float32 values inside another codec: Top-K's and
+// Random-K's kept values, PowerSGD's factors. The parameter holding it is a one-stage spec string
+// ("fp16", "qsgd:bits=8"); its streams are named "<slot>.<inner stream>" in the outer codec's list.
+//
+//   auto v = ValueCodec::make("topk", params, "values", "fp32", backend);
+//   v->encode({k}, kept.data(), out, context);      // appends to out[0 .. v->stream_count())
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gcz/codec.h"
+
+namespace gcz::detail {
+
+class ValueCodec {
+ public:
+  // The codec named by parameter `key` of codec `outer` (default `def`); it must be a single stage
+  // that takes float32 input (not zstd, which applies to the whole tensor).
+  static Result<ValueCodec> make(std::string_view outer, const Params& params, const std::string& key,
+                                 std::string_view def, Backend backend);
+
+  const std::string& spec() const { return spec_; }  // canonical, as recorded in the index
+  std::size_t stream_count() const { return names_.size(); }
+  // The inner streams, prefixed "<key>.".
+  std::vector<std::string> stream_names() const;
+  Result<uint64_t> stream_size(const Shape& shape, std::size_t stream) const;
+  bool exact_size(std::size_t stream) const { return inner_->exact_size(stream); }
+
+  // Encodes prod(shape) float32 values, appending to out[0 .. stream_count()).
+  Status encode(const Shape& shape, const float* values, ByteBuffer* out, const CodecContext& outer) const;
+  // Decodes into `values` from in[0 .. stream_count()).
+  Status decode(const Shape& shape, const ByteSpan* in, float* values, const CodecContext& outer) const;
+
+ private:
+  TensorInfo info(const Shape& shape) const { return {key_, DType::kFloat32, shape}; }
+  CodecContext inner_context(const CodecContext& outer) const;
+
+  std::string key_;
+  std::string spec_;
+  std::vector<std::string> names_;
+  std::shared_ptr<Codec> inner_;
+};
+
+}  // namespace gcz::detail
