@@ -65,21 +65,44 @@ Status check_param_keys(const Params& p, std::string_view codec, const std::vect
 
 uint64_t tensor_key(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
 
-std::vector<std::string> codec_names() { return {"none", "fp32", "fp16", "bf16"}; }
+namespace {
+
+using Factory = Result<std::unique_ptr<Codec>> (*)(const Params&, Backend);
+
+Result<std::unique_ptr<Codec>> make_cast(std::string_view name, const Params& params, Backend backend) {
+  GCZ_RETURN_IF_ERROR(check_param_keys(params, name, {}));
+  if (backend == Backend::kCuda) return cuda::make_codec(name, params);
+  return std::unique_ptr<Codec>(new detail::CastCodec(std::string(name), *detail::cast_codec_target(name)));
+}
+
+// The element codecs. Each codec family declares its factory in codec/src/codecs/<family>.h.
+struct Entry {
+  const char* name;
+  Factory factory;
+};
+const Entry kCodecs[] = {
+    {"none", [](const Params& p, Backend b) { return make_cast("none", p, b); }},
+    {"fp32", [](const Params& p, Backend b) { return make_cast("fp32", p, b); }},
+    {"fp16", [](const Params& p, Backend b) { return make_cast("fp16", p, b); }},
+    {"bf16", [](const Params& p, Backend b) { return make_cast("bf16", p, b); }},
+    // gcz-codec-registry: one line per codec family above this comment.
+};
+
+}  // namespace
+
+std::vector<std::string> codec_names() {
+  std::vector<std::string> out;
+  for (const Entry& e : kCodecs) out.push_back(e.name);
+  return out;
+}
 
 Result<std::unique_ptr<Codec>> make_codec(std::string_view name, const Params& params, Backend backend) {
-  auto target = detail::cast_codec_target(name);
-  if (!target) {
-    std::string known;
-    for (const auto& n : codec_names()) known += (known.empty() ? "" : ", ") + n;
-    return unsupported("unknown codec '" + std::string(name) + "' (known: " + known + ")");
+  for (const Entry& e : kCodecs) {
+    if (name == e.name) return e.factory(params, backend);
   }
-  if (!params.empty()) {
-    return invalid_argument("codec '" + std::string(name) + "' takes no parameters, got '" +
-                            params.begin()->first + "'");
-  }
-  if (backend == Backend::kCuda) return cuda::make_codec(name, params);
-  return std::unique_ptr<Codec>(new detail::CastCodec(std::string(name), *target));
+  std::string known;
+  for (const auto& n : codec_names()) known += (known.empty() ? "" : ", ") + n;
+  return unsupported("unknown codec '" + std::string(name) + "' (known: " + known + ")");
 }
 
 }  // namespace gcz
