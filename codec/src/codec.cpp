@@ -6,6 +6,7 @@
 
 #include "cuda_hooks.h"
 #include "gcz/detail/cast_codec.h"
+#include "codecs/qsgd.h"
 
 namespace gcz {
 
@@ -85,6 +86,7 @@ const Entry kCodecs[] = {
     {"fp32", [](const Params& p, Backend b) { return make_cast("fp32", p, b); }},
     {"fp16", [](const Params& p, Backend b) { return make_cast("fp16", p, b); }},
     {"bf16", [](const Params& p, Backend b) { return make_cast("bf16", p, b); }},
+    {"qsgd", make_qsgd_codec},
     // gcz-codec-registry: one line per codec family above this comment.
 };
 
