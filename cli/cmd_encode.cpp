@@ -3,54 +3,51 @@
 
 #include "commands.h"
 #include "common.h"
+#include "gcz/error_feedback.h"
 #include "report.h"
 
 namespace gcz::cli {
 
 RunFn add_encode_command(CLI::App& app) {
-  auto args = std::make_shared<EncodeArgs>();
-  auto output = std::make_shared<std::string>();
+  struct Args {
+    EncodeArgs encode;
+    std::string output, ef_state, ef_codec = "none";
+  };
+  auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("encode", "Encode gradient dumps into a .gcz file and report ratio and error");
-  add_encode_options(*cmd, *args);
-  cmd->add_option("-o,--output", *output, "The .gcz file to write (replaced atomically; nothing is left on failure)")
+  add_encode_options(*cmd, a->encode);
+  cmd->add_option("-o,--output", a->output, "The .gcz file to write (replaced atomically; nothing is left on failure)")
       ->required();
+  cmd->add_option("--ef-state", a->ef_state,
+                  "Error feedback: add the residuals stored in this .gcz to the gradients before encoding, then "
+                  "rewrite it (atomically, after OUTPUT) with the new residuals and PowerSGD's Q. Created if missing");
+  cmd->add_option("--ef-codec", a->ef_codec, "Codec for the residuals in the --ef-state file")->capture_default_str();
   cmd->footer(
       "Examples:\n"
       "  gcz encode step_100.safetensors -o step_100.gcz                      # fp16, the default\n"
       "  gcz encode grads/ -o grads.gcz -c bf16+zstd:level=5 --rule '*.bias=none' --min-numel 1024\n"
+      "  gcz encode step_101.safetensors -o s101.gcz -c 'topk:ratio=0.01' --ef-state ef.gcz\n"
       "  gcz encode dump.bin --dtype f32 --shape 4096,4096 -o dump.gcz --json");
-  return [args, output]() {
-    auto options = to_encode_options(*args);
+  return [a]() {
+    auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
+    std::optional<ErrorFeedback> ef;
+    if (!a->ef_state.empty()) {
+      auto loaded = ErrorFeedback::load(a->ef_state);
+      if (!loaded) return report_error(loaded.status());
+      ef = std::move(*loaded);
+      options->error_feedback = &*ef;
+    }
     ProgressLine progress("encoding");
     options->progress = progress.callback();
-    auto report = encode_files(args->inputs, *output, *options);
+    auto report = encode_files(a->encode.inputs, a->output, *options);
     progress.clear();
     if (!report) return report_error(report.status());
-    if (!args->quiet) print_report(stdout, *report, args->report_format);
-    print_warnings(*report);
-    return static_cast<int>(kExitOk);
-  };
-}
-
-RunFn add_eval_command(CLI::App& app) {
-  auto args = std::make_shared<EncodeArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "eval", "Encode and decode in memory and report ratio and error; nothing is written");
-  add_encode_options(*cmd, *args);
-  cmd->footer(
-      "Examples:\n"
-      "  gcz eval grads.safetensors -c fp16\n"
-      "  gcz eval grads.safetensors -c bf16 --rule 'embed.*=fp16' --csv > bf16.csv");
-  return [args]() {
-    auto options = to_encode_options(*args);
-    if (!options) return report_error(options.status());
-    ProgressLine progress("evaluating");
-    options->progress = progress.callback();
-    auto report = encode_files(args->inputs, "", *options);
-    progress.clear();
-    if (!report) return report_error(report.status());
-    if (!args->quiet) print_report(stdout, *report, args->report_format);
+    if (ef) {
+      Status s = ef->save(a->ef_state, a->ef_codec);
+      if (!s) return report_error(s.with_context("--ef-state (" + a->output + " was written)"));
+    }
+    if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format);
     print_warnings(*report);
     return static_cast<int>(kExitOk);
   };

@@ -1,6 +1,7 @@
 #include "report.h"
 
 #include <cmath>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,7 @@ json metrics_json(const Metrics& m) {
 struct Row {
   std::string name, shape, dtype, codec;
   const Metrics* m;
+  std::optional<CumulativeError> cumulative;
 };
 
 std::vector<std::string> cells(const Row& r) {
@@ -47,14 +49,27 @@ std::vector<std::string> cells(const Row& r) {
           fmt("%.3e", m.max_abs_error),
           fmt("%.1f", m.snr_db),
           fmt("%.4f", m.norm_ratio),
-          fmt("%+.2e", m.mean_error)};
+          fmt("%+.2e", m.mean_error),
+          r.cumulative ? fmt("%.3e", r.cumulative->rel_l2()) : std::string()};
+}
+
+bool any_cumulative(const std::vector<Row>& rows) {
+  for (const Row& r : rows) {
+    if (r.cumulative) return true;
+  }
+  return false;
 }
 
 void print_table(std::FILE* out, const std::vector<Row>& rows) {
-  const std::vector<std::string> head = {"tensor", "shape", "dtype", "codec", "in", "out", "ratio", "bits/el",
-                                         "rel_l2", "cosine", "max_abs_err", "snr_db", "norm_ratio", "mean_err"};
+  std::vector<std::string> head = {"tensor", "shape", "dtype", "codec", "in", "out", "ratio", "bits/el",
+                                   "rel_l2", "cosine", "max_abs_err", "snr_db", "norm_ratio", "mean_err", "sum_rel_l2"};
+  const bool cumulative = any_cumulative(rows);
+  if (!cumulative) head.pop_back();
   std::vector<std::vector<std::string>> table = {head};
-  for (const Row& r : rows) table.push_back(cells(r));
+  for (const Row& r : rows) {
+    table.push_back(cells(r));
+    if (!cumulative) table.back().pop_back();
+  }
   std::vector<std::size_t> width(head.size(), 0);
   for (const auto& line : table) {
     for (std::size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
@@ -85,20 +100,52 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
-void print_csv(std::FILE* out, const std::vector<Row>& rows) {
-  std::fprintf(out, "tensor,shape,dtype,codec,numel,bytes_in,bytes_out,ratio,bits_per_element,rel_l2,cosine,"
-                    "max_abs_error,snr_db,norm_ratio,mean_error,nonfinite\n");
+// `prefix` is put before every data row (the step columns of --steps), `prefix_head` before the header.
+void print_csv(std::FILE* out, const std::vector<Row>& rows, const std::string& prefix_head = "",
+               const std::string& prefix = "", bool header = true) {
+  if (header) {
+    std::fprintf(out, "%stensor,shape,dtype,codec,numel,bytes_in,bytes_out,ratio,bits_per_element,rel_l2,cosine,"
+                      "max_abs_error,snr_db,norm_ratio,mean_error,nonfinite,sum_rel_l2\n", prefix_head.c_str());
+  }
   for (const Row& r : rows) {
     const Metrics& m = *r.m;
-    std::fprintf(out, "%s,%s,%s,%s,%llu,%llu,%llu,%s,%s,%s,%s,%s,%s,%s,%s,%llu\n", csv_field(r.name).c_str(),
+    std::fprintf(out, "%s%s,%s,%s,%s,%llu,%llu,%llu,%s,%s,%s,%s,%s,%s,%s,%s,%llu,%s\n", prefix.c_str(),
+                 csv_field(r.name).c_str(),
                  csv_field(r.shape).c_str(), r.dtype.c_str(), csv_field(r.codec).c_str(),
                  static_cast<unsigned long long>(m.numel), static_cast<unsigned long long>(m.bytes_in),
                  static_cast<unsigned long long>(m.bytes_out), fmt("%.6g", m.ratio).c_str(),
                  fmt("%.6g", m.bits_per_element).c_str(), fmt("%.9g", m.rel_l2).c_str(),
                  fmt("%.9g", m.cosine).c_str(), fmt("%.9g", m.max_abs_error).c_str(), fmt("%.6g", m.snr_db).c_str(),
                  fmt("%.9g", m.norm_ratio).c_str(), fmt("%.9g", m.mean_error).c_str(),
-                 static_cast<unsigned long long>(m.nonfinite));
+                 static_cast<unsigned long long>(m.nonfinite),
+                 r.cumulative ? fmt("%.9g", r.cumulative->rel_l2()).c_str() : "");
   }
+}
+
+std::vector<Row> rows_of(const EncodeReport& report) {
+  std::vector<Row> rows;
+  for (const TensorReport& t : report.tensors) {
+    rows.push_back({t.name, shape_to_string(t.shape), std::string(dtype_name(t.dtype)), t.codec, &t.metrics,
+                    t.cumulative});
+  }
+  rows.push_back({"TOTAL", std::to_string(report.tensors.size()) + " tensors", "", "", &report.total,
+                  report.cumulative});
+  return rows;
+}
+
+json report_json(const EncodeReport& report) {
+  json tensors = json::array();
+  for (const TensorReport& t : report.tensors) {
+    json m = metrics_json(t.metrics);
+    if (t.cumulative) m["sum_rel_l2"] = num(t.cumulative->rel_l2());
+    tensors.push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"codec", t.codec},
+                       {"metrics", m}});
+  }
+  json skipped = json::array();
+  for (const SkippedTensor& s : report.skipped) skipped.push_back({{"name", s.name}, {"reason", s.reason}});
+  json total = metrics_json(report.total);
+  if (report.cumulative) total["sum_rel_l2"] = num(report.cumulative->rel_l2());
+  return {{"backend", backend_name(report.backend)}, {"tensors", tensors}, {"total", total}, {"skipped", skipped}};
 }
 
 }  // namespace
@@ -119,25 +166,57 @@ std::string human_bytes(uint64_t bytes) {
 
 void print_report(std::FILE* out, const EncodeReport& report, const std::string& format) {
   if (format == "json") {
-    json tensors = json::array();
-    for (const TensorReport& t : report.tensors) {
-      tensors.push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
-                         {"codec", t.codec}, {"metrics", metrics_json(t.metrics)}});
+    std::fprintf(out, "%s\n", report_json(report).dump(2, ' ', false, json::error_handler_t::replace).c_str());
+  } else if (format == "csv") {
+    print_csv(out, rows_of(report));
+  } else {
+    print_table(out, rows_of(report));
+  }
+}
+
+void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback) {
+  if (format == "json") {
+    json j = {{"error_feedback", feedback}, {"steps", json::array()}};
+    for (const StepReport& s : steps) {
+      json r = report_json(s.report);
+      r["file"] = s.file;
+      j["steps"].push_back(r);
     }
-    json skipped = json::array();
-    for (const SkippedTensor& s : report.skipped) skipped.push_back({{"name", s.name}, {"reason", s.reason}});
-    json j = {{"backend", backend_name(report.backend)}, {"tensors", tensors}, {"total", metrics_json(report.total)},
-              {"skipped", skipped}};
     std::fprintf(out, "%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return;
   }
-  std::vector<Row> rows;
-  for (const TensorReport& t : report.tensors) {
-    rows.push_back({t.name, shape_to_string(t.shape), std::string(dtype_name(t.dtype)), t.codec, &t.metrics});
+  if (format == "csv") {
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      print_csv(out, rows_of(steps[k].report), "step,file,", std::to_string(k) + "," + csv_field(steps[k].file) + ",",
+                k == 0);
+    }
+    return;
   }
-  rows.push_back({"TOTAL", std::to_string(report.tensors.size()) + " tensors", "", "", &report.total});
-  if (format == "csv") print_csv(out, rows);
-  else print_table(out, rows);
+  std::vector<std::vector<std::string>> summary = {{"step", "file", "ratio", "rel_l2", "cosine", "norm_ratio", "sum_rel_l2"}};
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const EncodeReport& r = steps[k].report;
+    std::fprintf(out, "== step %zu/%zu: %s\n", k + 1, steps.size(), steps[k].file.c_str());
+    print_table(out, rows_of(r));
+    std::fprintf(out, "\n");
+    summary.push_back({std::to_string(k), steps[k].file, fmt("%.2f", r.total.ratio), fmt("%.3e", r.total.rel_l2),
+                       fmt("%.6f", r.total.cosine), fmt("%.4f", r.total.norm_ratio),
+                       r.cumulative ? fmt("%.3e", r.cumulative->rel_l2()) : std::string("-")});
+  }
+  std::fprintf(out, "== summary (error feedback %s; sum_rel_l2 = ||sum of decoded - sum of true|| / ||sum of true||)\n",
+               feedback ? "on" : "off");
+  std::vector<std::size_t> w(summary[0].size(), 0);
+  for (const auto& row : summary) {
+    for (std::size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+  }
+  for (const auto& row : summary) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(w[c] - row[c].size(), ' ');
+      line += c < 2 ? row[c] + pad : pad + row[c];
+      if (c + 1 < row.size()) line += "  ";
+    }
+    std::fprintf(out, "%s\n", line.c_str());
+  }
 }
 
 void print_warnings(const EncodeReport& report) {

@@ -10,6 +10,15 @@ namespace gcz::cli {
 
 // format: "table", "json" or "csv".
 void print_report(std::FILE* out, const EncodeReport& report, const std::string& format);
+
+// One step of `gcz eval --steps`.
+struct StepReport {
+  std::string file;
+  EncodeReport report;
+};
+// Every step's per-tensor report, then a summary line per step (table); one JSON document; or one CSV
+// with `step` and `file` columns first.
+void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback);
 // Norm-ratio, non-finite and skipped-tensor notes, on stderr.
 void print_warnings(const EncodeReport& report);
 // "1.5 MiB"

@@ -2,6 +2,7 @@ add_executable(gcz_cli
   cli/cmd_bench.cpp
   cli/cmd_decode.cpp
   cli/cmd_encode.cpp
+  cli/cmd_eval.cpp
   cli/cmd_info.cpp
   cli/cmd_verify.cpp
   cli/common.cpp

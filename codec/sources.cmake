@@ -11,3 +11,6 @@ target_sources(gcz PRIVATE
 # The gradient codecs: one file (or a few) per codec under codec/src/codecs/.
 file(GLOB GCZ_CODEC_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/src/codecs/*.cpp)
 target_sources(gcz PRIVATE ${GCZ_CODEC_SOURCES})
+# Library-internal headers are included as "codecs/<family>.h", "cuda_hooks.h".
+target_include_directories(gcz PRIVATE ${CMAKE_CURRENT_LIST_DIR}/src)
+include(${CMAKE_CURRENT_LIST_DIR}/blas.cmake)

@@ -4,6 +4,8 @@ target_sources(gcz PRIVATE
   format/src/container_writer.cpp
   format/src/decode.cpp
   format/src/encode.cpp
+  format/src/error_feedback.cpp
   format/src/file_util.cpp
-  format/src/index_json.cpp)
+  format/src/index_json.cpp
+  format/src/tensor_encoder.cpp)
 include(format/io_sources.cmake)

@@ -27,7 +27,9 @@ Result<std::vector<std::size_t>> select_tensors(const GczReader& reader, const s
   return out;
 }
 
-Status decode_tensor(const GczReader& reader, std::size_t index, Backend backend, TensorFileWriter& out,
+// Decodes tensor `index` chunk by chunk, handing each chunk (count elements of its dtype) to `sink`.
+Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend,
+                     const std::function<Status(const std::byte*, uint64_t)>& sink,
                      const std::function<void(uint64_t)>& progress) {
   const TensorRecord& rec = reader.index().tensors[index];
   const TensorInfo& t = rec.info;
@@ -60,7 +62,7 @@ Status decode_tensor(const GczReader& reader, std::size_t index, Backend backend
       spans.emplace_back(in[s]);
     }
     GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat.data()).with_context(where));
-    GCZ_RETURN_IF_ERROR(out.write(xhat.data(), count));
+    GCZ_RETURN_IF_ERROR(sink(xhat.data(), count));
     progress(count * esize);
   }
   return Status::ok();
@@ -84,13 +86,29 @@ Status decode_file(const std::string& input, const std::string& output, const De
     progress.tensor = k;
     progress.name = &infos[k].name;
     GCZ_RETURN_IF_ERROR(writer->begin(k));
-    GCZ_RETURN_IF_ERROR(decode_tensor(*reader, selected[k], backend, *writer, [&](uint64_t done) {
+    auto sink = [&](const std::byte* data, uint64_t count) { return writer->write(data, count); };
+    GCZ_RETURN_IF_ERROR(decode_chunks(*reader, selected[k], backend, sink, [&](uint64_t done) {
       progress.bytes_done += done;
       if (options.progress) options.progress(progress);
     }));
     GCZ_RETURN_IF_ERROR(writer->end());
   }
   return writer->finish();
+}
+
+Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, DeviceRequest device) {
+  if (index >= reader.index().tensors.size()) return invalid_argument("no tensor " + std::to_string(index));
+  GCZ_ASSIGN_OR_RETURN(Backend backend, resolve_backend(device));
+  GCZ_ASSIGN_OR_RETURN(uint64_t bytes, reader.index().tensors[index].info.byte_size());
+  ByteBuffer out;
+  out.reserve(bytes);
+  auto sink = [&](const std::byte* data, uint64_t count) {
+    const std::size_t n = count * dtype_size(reader.index().tensors[index].info.dtype);
+    out.insert(out.end(), data, data + n);
+    return Status::ok();
+  };
+  GCZ_RETURN_IF_ERROR(decode_chunks(reader, index, backend, sink, [](uint64_t) {}));
+  return out;
 }
 
 }  // namespace gcz

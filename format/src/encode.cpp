@@ -7,6 +7,8 @@
 #include "gcz/codec_spec.h"
 #include "gcz/container.h"
 #include "gcz/pipeline.h"
+#include "error_feedback_step.h"
+#include "tensor_encoder.h"
 
 namespace gcz {
 namespace {
@@ -21,72 +23,6 @@ Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeO
   }
   return default_plan;
 }
-
-class TensorEncoder {
- public:
-  TensorEncoder(GczWriter& writer, Backend backend, const EncodeOptions& options)
-      : writer_(writer), backend_(backend), options_(options) {}
-
-  // Encodes one tensor, returning its report; `progress` gets input bytes as they are done.
-  Result<TensorReport> run(TensorSource& src, const EncodingPlan& plan, const std::function<void(uint64_t)>& progress) {
-    const TensorInfo& t = src.info();
-    GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
-    auto made = make_codec(plan.codec.name, plan.codec.params, backend_);
-    if (!made) return made.status().with_context("tensor '" + t.name + "'");
-    Codec& codec = **made;
-    codec.set_context({options_.seed, tensor_key(t.name)});
-
-    TensorRecord rec;
-    rec.info = t;
-    rec.chain.push_back({std::string(codec.name()), codec.params()});
-    if (plan.zstd_level) rec.chain.push_back({"zstd", {{"level", int64_t{*plan.zstd_level}}}});
-    rec.seed = options_.seed;
-    for (const std::string& n : codec.stream_names(t)) rec.streams.push_back({.name = n});
-    GCZ_RETURN_IF_ERROR(writer_.begin_tensor(rec));
-
-    const uint64_t unit = codec.chunk_unit();
-    const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1)
-                                     : std::max(unit, options_.chunk_elements / unit * unit);
-    const std::size_t esize = dtype_size(t.dtype);
-    in_.resize(std::min(chunk, numel) * esize);
-    xhat_.resize(in_.size());
-    std::vector<ByteBuffer> out(rec.streams.size());
-    MetricsAccumulator acc;
-    for (uint64_t first = 0; first < numel; first += chunk) {
-      const uint64_t count = std::min(chunk, numel - first);
-      GCZ_RETURN_IF_ERROR(src.read(first, count, in_.data()));
-      for (ByteBuffer& b : out) b.clear();
-      GCZ_RETURN_IF_ERROR(codec.encode(t, in_.data(), first, count, out).with_context("tensor '" + t.name + "'"));
-      std::vector<ByteSpan> spans;
-      for (std::size_t s = 0; s < out.size(); ++s) {
-        GCZ_RETURN_IF_ERROR(writer_.append(s, out[s]));
-        spans.emplace_back(out[s]);
-      }
-      // Decode what was just written, to measure what it lost.
-      GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat_.data()).with_context("tensor '" + t.name + "'"));
-      acc.add(t.dtype, in_.data(), xhat_.data(), count);
-      src.release(first + count);
-      progress(count * esize);
-    }
-    GCZ_ASSIGN_OR_RETURN(const TensorRecord* stored, writer_.end_tensor());
-    uint64_t bytes_out = writer_.index_entry_bytes(*stored);
-    for (const StreamRecord& s : stored->streams) bytes_out += s.length;
-    TensorReport report{t.name, t.dtype, t.shape, chain_to_string(stored->chain),
-                        acc.finish(numel * esize, bytes_out)};
-    writer_.attach_metrics(report.metrics);
-    total_.merge(acc);
-    return report;
-  }
-
-  const MetricsAccumulator& total() const { return total_; }
-
- private:
-  GczWriter& writer_;
-  Backend backend_;
-  const EncodeOptions& options_;
-  ByteBuffer in_, xhat_;
-  MetricsAccumulator total_;
-};
 
 }  // namespace
 
@@ -142,7 +78,8 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   }
 
   GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(output));
-  TensorEncoder encoder(*writer, report.backend, options);
+  detail::TensorEncoder encoder(*writer, report.backend, options.seed, options.chunk_elements);
+  std::optional<CumulativeError> cumulative;
   Progress progress{0, tensor_count, 0, bytes_total, nullptr};
   std::size_t k = 0;
   uint64_t bytes_in = 0;
@@ -154,16 +91,26 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, plan_for(t, numel, options, default_plan));
       progress.tensor = k;
       progress.name = &t.name;
-      GCZ_ASSIGN_OR_RETURN(TensorReport tr, encoder.run(*src, plan, [&](uint64_t done) {
+      auto on_progress = [&](uint64_t done) {
         progress.bytes_done += done;
         if (options.progress) options.progress(progress);
-      }));
-      bytes_in += tr.metrics.bytes_in;
-      report.tensors.push_back(std::move(tr));
+      };
+      auto tr = options.error_feedback
+                    ? detail::encode_with_feedback(encoder, *src, plan, *options.error_feedback, on_progress)
+                    : encoder.encode(*src, plan, on_progress);
+      if (!tr) return tr.status();
+      bytes_in += tr->metrics.bytes_in;
+      if (tr->cumulative) {
+        if (!cumulative) cumulative.emplace();
+        cumulative->err_sq += tr->cumulative->err_sq;
+        cumulative->ref_sq += tr->cumulative->ref_sq;
+      }
+      report.tensors.push_back(std::move(*tr));
     }
   }
   GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(options.metadata));
   report.total = encoder.total().finish(bytes_in, file_bytes);
+  report.cumulative = cumulative;
   return report;
 }
 

@@ -12,10 +12,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gcz/backend.h"
+#include "gcz/container.h"
+#include "gcz/error_feedback.h"
 #include "gcz/metrics.h"
 #include "gcz/status.h"
 #include "gcz/tensor.h"
@@ -52,6 +55,17 @@ struct EncodeOptions {
   ReadOptions read;
   uint64_t chunk_elements = uint64_t{1} << 24;  // elements per chunk for chunked codecs
   ProgressFn progress;
+  // Error feedback (gcz/error_feedback.h): residuals are added before encoding and updated after.
+  // Tensors are then encoded as float32 (float64 stays float64), whole, in memory.
+  ErrorFeedback* error_feedback = nullptr;
+};
+
+// With error feedback and tracked sums: how far the sum of decoded steps is from the sum of true
+// gradients, ||Σx̂ − Σx||² and ||Σx||² over the steps so far.
+struct CumulativeError {
+  double err_sq = 0;
+  double ref_sq = 0;
+  double rel_l2() const;  // sqrt(err_sq / ref_sq), 0 when both are 0
 };
 
 struct TensorReport {
@@ -59,13 +73,15 @@ struct TensorReport {
   DType dtype = DType::kFloat32;
   Shape shape;
   std::string codec;  // canonical chain text
-  Metrics metrics;
+  Metrics metrics;    // with error feedback: x̂ against this step's true gradient x
+  std::optional<CumulativeError> cumulative;
 };
 
 struct EncodeReport {
   std::vector<TensorReport> tensors;
   std::vector<SkippedTensor> skipped;
   Metrics total;  // bytes_out is the whole file, header, index and padding included
+  std::optional<CumulativeError> cumulative;
   Backend backend = Backend::kCpu;
 };
 
@@ -84,5 +100,8 @@ struct DecodeOptions {
 
 // Decodes `input` (.gcz) into `output`, a tensor file whose format follows its extension.
 Status decode_file(const std::string& input, const std::string& output, const DecodeOptions& options);
+
+// Decodes tensor `index` of an open file into memory: its elements in its dtype, C order.
+Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, DeviceRequest device = DeviceRequest::kCpu);
 
 }  // namespace gcz

@@ -1,0 +1,70 @@
+// gcz eval: encode and decode in memory, report, write nothing. With --steps, the inputs are
+// consecutive training steps and error feedback can be carried across them.
+#include <memory>
+
+#include "commands.h"
+#include "common.h"
+#include "gcz/error_feedback.h"
+#include "report.h"
+
+namespace gcz::cli {
+
+RunFn add_eval_command(CLI::App& app) {
+  struct Args {
+    EncodeArgs encode;
+    bool steps = false, ef = false;
+    std::string ef_state;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "eval", "Encode and decode in memory and report ratio and error; nothing is written");
+  add_encode_options(*cmd, a->encode);
+  cmd->add_flag("--steps", a->steps,
+                "The inputs are consecutive training steps (same tensor names): report each step, and how far "
+                "the sum of decoded steps drifts from the sum of true gradients (sum_rel_l2)");
+  cmd->add_flag("--ef", a->ef, "With --steps: carry error feedback (residuals, PowerSGD's Q) from step to step");
+  cmd->add_option("--ef-state", a->ef_state, "With --steps --ef: start from the residuals in this state file (not written)");
+  cmd->footer(
+      "Examples:\n"
+      "  gcz eval grads.safetensors -c fp16\n"
+      "  gcz eval grads.safetensors -c bf16 --rule 'embed.*=fp16' --csv > bf16.csv\n"
+      "  gcz eval --steps step_*.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close");
+  return [a]() {
+    auto options = to_encode_options(a->encode);
+    if (!options) return report_error(options.status());
+    if ((a->ef || !a->ef_state.empty()) && !a->steps) {
+      return report_error(invalid_argument("--ef and --ef-state need --steps (for one file, use gcz encode --ef-state)"));
+    }
+    ProgressLine progress("evaluating");
+    options->progress = progress.callback();
+    if (!a->steps) {
+      auto report = encode_files(a->encode.inputs, "", *options);
+      progress.clear();
+      if (!report) return report_error(report.status());
+      if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format);
+      print_warnings(*report);
+      return static_cast<int>(kExitOk);
+    }
+    ErrorFeedback ef;
+    if (!a->ef_state.empty()) {
+      auto loaded = ErrorFeedback::load(a->ef_state);
+      if (!loaded) return report_error(loaded.status());
+      ef = std::move(*loaded);
+    }
+    ef.set_feedback(a->ef);
+    ef.set_track_sums(true);
+    options->error_feedback = &ef;
+    std::vector<StepReport> steps;
+    for (const std::string& input : a->encode.inputs) {
+      auto report = encode_files({input}, "", *options);
+      progress.clear();
+      if (!report) return report_error(report.status());
+      print_warnings(*report);
+      steps.push_back({input, std::move(*report)});
+    }
+    if (!a->encode.quiet) print_steps(stdout, steps, a->encode.report_format, a->ef);
+    return static_cast<int>(kExitOk);
+  };
+}
+
+}  // namespace gcz::cli

@@ -1,0 +1,63 @@
+// gcz/error_feedback.h — error feedback across steps (docs/CODECS.md, "Error feedback"): for every
+// tensor, the residual e = (x + e_old) − decode(encode(x + e_old)) and the codec's carried state
+// (PowerSGD's Q), kept in memory between steps and saved to / loaded from an ordinary .gcz file that
+// `gcz info`, `gcz decode` and the numpy reader can read.
+//
+//   auto ef = gcz::ErrorFeedback::load("state.gcz");        // a missing file is an empty state
+//   opt.error_feedback = &*ef;
+//   gcz::encode_files({"step_0042.safetensors"}, "step_0042.gcz", opt);
+//   ef->save("state.gcz", "none");                          // atomically, after the step's file
+//
+// In the state file, tensor NAME's residual is the tensor "residual/NAME" (float32, or float64 for
+// float64 gradients) and its codec state "state/NAME" (float32); the file's metadata has
+// gcz.error_feedback = 1.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gcz/codec.h"
+#include "gcz/status.h"
+#include "gcz/tensor.h"
+
+namespace gcz {
+
+class ErrorFeedback {
+ public:
+  struct Entry {
+    DType dtype = DType::kFloat32;  // the working dtype: float64 for float64 gradients, else float32
+    Shape shape;
+    ByteBuffer residual;            // prod(shape) elements of dtype
+    std::optional<CodecState> state;
+    // Running sums of x and x̂ over the steps seen (only when sums are tracked).
+    std::vector<double> sum_x, sum_xhat;
+  };
+
+  // Loads a state file written by save(); a path that does not exist gives an empty state.
+  static Result<ErrorFeedback> load(const std::string& path);
+  // Writes every entry to `path` atomically, residuals with `residual_spec` (lossless "none" by
+  // default; a lossy codec makes a smaller file whose residuals are approximate).
+  Status save(const std::string& path, const std::string& residual_spec = "none") const;
+
+  // Keep the running sums of x and x̂ so reports can say how far Σx̂ is from Σx (gcz eval --steps).
+  void set_track_sums(bool on) { track_sums_ = on; }
+  bool track_sums() const { return track_sums_; }
+
+  // With feedback off, residuals are measured and sums tracked but nothing is added to the next step:
+  // the baseline that error feedback is compared against.
+  void set_feedback(bool on) { feedback_ = on; }
+  bool feedback() const { return feedback_; }
+
+  const Entry* find(const std::string& name) const;
+  void put(const std::string& name, Entry entry) { entries_[name] = std::move(entry); }
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  std::map<std::string, Entry> entries_;
+  bool track_sums_ = false;
+  bool feedback_ = true;
+};
+
+}  // namespace gcz

@@ -1,0 +1,163 @@
+// Error feedback: the state file, and one step of encoding with residuals.
+#include "gcz/error_feedback.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "error_feedback_step.h"
+#include "gcz/convert.h"
+
+namespace gcz {
+namespace {
+
+constexpr const char* kResidualPrefix = "residual/";
+constexpr const char* kStatePrefix = "state/";
+constexpr const char* kMetaKey = "gcz.error_feedback";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+DType working_dtype(DType d) { return d == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
+
+// out[i] = a[i] + sign * b[i] in the working dtype.
+template <class T>
+void axpy(const std::byte* a, const std::byte* b, double sign, std::byte* out, uint64_t n) {
+  const T* pa = reinterpret_cast<const T*>(a);
+  const T* pb = reinterpret_cast<const T*>(b);
+  T* po = reinterpret_cast<T*>(out);
+  const T s = static_cast<T>(sign);
+  for (uint64_t i = 0; i < n; ++i) po[i] = pa[i] + s * pb[i];
+}
+
+void add_scaled(DType w, const std::byte* a, const std::byte* b, double sign, std::byte* out, uint64_t n) {
+  if (w == DType::kFloat64) axpy<double>(a, b, sign, out, n);
+  else axpy<float>(a, b, sign, out, n);
+}
+
+}  // namespace
+
+double CumulativeError::rel_l2() const { return ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0); }
+
+const ErrorFeedback::Entry* ErrorFeedback::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+Result<ErrorFeedback> ErrorFeedback::load(const std::string& path) {
+  ErrorFeedback ef;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return ef;
+  GCZ_ASSIGN_OR_RETURN(auto reader, GczReader::open(path));
+  const FileIndex& index = reader->index();
+  auto meta = index.metadata.find(kMetaKey);
+  if (meta == index.metadata.end() || meta->second != "1") {
+    return invalid_argument(path + ": not an error-feedback state file (no metadata " + kMetaKey +
+                            "=1; such files are written by gcz encode --ef-state)");
+  }
+  for (std::size_t i = 0; i < index.tensors.size(); ++i) {
+    const TensorInfo& t = index.tensors[i].info;
+    GCZ_ASSIGN_OR_RETURN(ByteBuffer data, decode_tensor(*reader, i));
+    if (starts_with(t.name, kResidualPrefix)) {
+      if (t.dtype != DType::kFloat32 && t.dtype != DType::kFloat64) {
+        return format_error(path + ": tensor '" + t.name + "': a residual must be float32 or float64");
+      }
+      Entry& e = ef.entries_[t.name.substr(std::char_traits<char>::length(kResidualPrefix))];
+      e.dtype = t.dtype;
+      e.shape = t.shape;
+      e.residual = std::move(data);
+    } else if (starts_with(t.name, kStatePrefix)) {
+      if (t.dtype != DType::kFloat32) return format_error(path + ": tensor '" + t.name + "': codec state must be float32");
+      CodecState st{t.shape, std::vector<float>(data.size() / 4)};
+      std::memcpy(st.values.data(), data.data(), data.size());
+      ef.entries_[t.name.substr(std::char_traits<char>::length(kStatePrefix))].state = std::move(st);
+    } else {
+      return format_error(path + ": tensor '" + t.name + "' is neither residual/NAME nor state/NAME");
+    }
+  }
+  return ef;
+}
+
+Status ErrorFeedback::save(const std::string& path, const std::string& residual_spec) const {
+  GCZ_ASSIGN_OR_RETURN(EncodingPlan residual_plan, parse_encoding_plan(residual_spec));
+  GCZ_ASSIGN_OR_RETURN(EncodingPlan lossless, parse_encoding_plan("none"));
+  GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(path));
+  detail::TensorEncoder encoder(*writer, Backend::kCpu, /*seed=*/0, uint64_t{1} << 24);
+  auto none = [](uint64_t) {};
+  for (const auto& [name, e] : entries_) {
+    if (!e.residual.empty() || !e.shape.empty()) {
+      detail::MemorySource src({kResidualPrefix + name, e.dtype, e.shape}, e.residual.data());
+      GCZ_RETURN_IF_ERROR(encoder.encode(src, residual_plan, none).status().with_context(path));
+    }
+    if (e.state) {
+      detail::MemorySource src({kStatePrefix + name, DType::kFloat32, e.state->shape},
+                               reinterpret_cast<const std::byte*>(e.state->values.data()));
+      GCZ_RETURN_IF_ERROR(encoder.encode(src, lossless, none).status().with_context(path));
+    }
+  }
+  return writer->finish({{kMetaKey, "1"}}).status();
+}
+
+namespace detail {
+
+Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& src, const EncodingPlan& plan,
+                                          ErrorFeedback& ef, const std::function<void(uint64_t)>& progress) {
+  const TensorInfo& t = src.info();
+  const DType w = working_dtype(t.dtype);
+  GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
+  const std::size_t wsize = dtype_size(w);
+  GCZ_ASSIGN_OR_RETURN(ByteBuffer raw, read_whole(src));
+  ByteBuffer x(numel * wsize);
+  convert_elements(t.dtype, raw.data(), w, x.data(), numel);
+  raw = {};
+
+  // x' = x + e_old, when there is a residual for this tensor.
+  const ErrorFeedback::Entry* old = ef.find(t.name);
+  ByteBuffer xp = x;
+  if (ef.feedback() && old && !old->residual.empty()) {
+    if (old->shape != t.shape || old->dtype != w) {
+      return invalid_argument("tensor '" + t.name + "': the error-feedback state holds a residual of shape " +
+                              shape_to_string(old->shape) + " (" + std::string(dtype_name(old->dtype)) +
+                              ") but the input is " + shape_to_string(t.shape) + " (" +
+                              std::string(dtype_name(w)) + "); remove the state file to start over");
+    }
+    add_scaled(w, x.data(), old->residual.data(), 1.0, xp.data(), numel);
+  }
+
+  ByteBuffer xhat(numel * wsize);
+  std::optional<CodecState> state;
+  EncodeExtras extras;
+  extras.reference = x.data();
+  extras.bytes_in = numel * dtype_size(t.dtype);
+  extras.on_decoded = [&](uint64_t first, uint64_t count, const std::byte* d) {
+    std::memcpy(xhat.data() + first * wsize, d, count * wsize);
+  };
+  extras.state_in = ef.feedback() && old && old->state ? &*old->state : nullptr;
+  extras.state_out = &state;
+  MemorySource xsrc({t.name, w, t.shape}, xp.data());
+  GCZ_ASSIGN_OR_RETURN(TensorReport report, encoder.encode(xsrc, plan, progress, extras));
+  report.dtype = t.dtype;
+
+  // e_new = x' − x̂.
+  ErrorFeedback::Entry next{w, t.shape, ByteBuffer(numel * wsize), state, {}, {}};
+  add_scaled(w, xp.data(), xhat.data(), -1.0, next.residual.data(), numel);
+  if (ef.track_sums()) {
+    next.sum_x = old && !old->sum_x.empty() ? old->sum_x : std::vector<double>(numel, 0.0);
+    next.sum_xhat = old && !old->sum_xhat.empty() ? old->sum_xhat : std::vector<double>(numel, 0.0);
+    CumulativeError c;
+    for (uint64_t i = 0; i < numel; ++i) {
+      next.sum_x[i] += element_as_double(w, x.data(), i);
+      next.sum_xhat[i] += element_as_double(w, xhat.data(), i);
+      const double d = next.sum_xhat[i] - next.sum_x[i];
+      if (std::isfinite(next.sum_x[i])) {
+        c.err_sq += d * d;
+        c.ref_sq += next.sum_x[i] * next.sum_x[i];
+      }
+    }
+    report.cumulative = c;
+  }
+  ef.put(t.name, std::move(next));
+  return report;
+}
+
+}  // namespace detail
+}  // namespace gcz

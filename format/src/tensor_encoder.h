@@ -1,0 +1,63 @@
+// Internal: encoding one tensor into an open GczWriter, chunk by chunk, measuring what it lost.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "gcz/codec_spec.h"
+#include "gcz/container.h"
+#include "gcz/pipeline.h"
+
+namespace gcz::detail {
+
+// A tensor held in memory, as a TensorSource.
+class MemorySource : public TensorSource {
+ public:
+  MemorySource(TensorInfo info, const std::byte* data) : info_(std::move(info)), data_(data) {}
+  const TensorInfo& info() const override { return info_; }
+  Status read(uint64_t first, uint64_t count, void* dst) override;
+
+ private:
+  TensorInfo info_;
+  const std::byte* data_;
+};
+
+// Reads a whole tensor from `src` into memory.
+Result<ByteBuffer> read_whole(TensorSource& src);
+
+// What encode() may do beyond the plain path (error feedback uses all of it).
+struct EncodeExtras {
+  // Metrics compare x̂ with this whole tensor (same dtype as the source) instead of the source.
+  const std::byte* reference = nullptr;
+  // Input bytes the report counts (default: the source's size).
+  std::optional<uint64_t> bytes_in;
+  // Called with each decoded chunk (first, count, x̂ in the source's dtype).
+  std::function<void(uint64_t, uint64_t, const std::byte*)> on_decoded;
+  // Warm start for codecs that carry state, and where to put their state afterwards.
+  const CodecState* state_in = nullptr;
+  std::optional<CodecState>* state_out = nullptr;
+};
+
+class TensorEncoder {
+ public:
+  TensorEncoder(GczWriter& writer, Backend backend, uint64_t seed, uint64_t chunk_elements)
+      : writer_(writer), backend_(backend), seed_(seed), chunk_elements_(chunk_elements) {}
+
+  // Encodes src with `plan` into the writer, returning its report (codec, metrics). `progress` gets
+  // input bytes as they are done.
+  Result<TensorReport> encode(TensorSource& src, const EncodingPlan& plan, const std::function<void(uint64_t)>& progress,
+                              const EncodeExtras& extras = {});
+
+  // The metrics of every tensor so far, merged.
+  const MetricsAccumulator& total() const { return total_; }
+
+ private:
+  GczWriter& writer_;
+  Backend backend_;
+  uint64_t seed_;
+  uint64_t chunk_elements_;
+  ByteBuffer in_, xhat_;
+  MetricsAccumulator total_;
+};
+
+}  // namespace gcz::detail
