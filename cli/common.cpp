@@ -85,6 +85,9 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
       ->capture_default_str();
   app.add_option("--seed", a.seed, "Seed for codecs that draw random numbers (recorded in the file)")
       ->capture_default_str();
+  app.add_option("--threads", a.threads,
+                 "CPU threads for element-wise codecs; 0 = one per core. The output is the same for any count")
+      ->capture_default_str();
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
   app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");
   app.add_option("--meta", a.meta, "Free-form KEY=VALUE metadata stored in the file; repeatable. Example: --meta step=1200");
@@ -106,6 +109,7 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
   o.min_numel = a.min_numel;
   GCZ_ASSIGN_OR_RETURN(o.device, parse_device(a.device));
   o.seed = a.seed;
+  o.threads = a.threads;
   if (!a.raw_dtype.empty()) {
     auto dt = parse_dtype(a.raw_dtype);
     if (!dt) return invalid_argument("--dtype '" + a.raw_dtype + "': expected f16, bf16, f32 or f64");

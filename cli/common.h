@@ -50,6 +50,7 @@ struct EncodeArgs {
   uint64_t min_numel = 0;
   std::string device = "auto";
   uint64_t seed = 0;
+  unsigned threads = 0;
   std::string raw_dtype;
   std::string raw_shape;
   std::vector<std::string> meta;

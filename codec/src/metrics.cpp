@@ -48,25 +48,55 @@ void accumulate(Lanes& a, uint64_t start, const T* x, const T* y, uint64_t n, ui
 
 }  // namespace
 
+void MetricsAccumulator::close_block() {
+  blocks_.push_back(open_);
+  open_ = Lanes{};
+  open_used_ = false;
+}
+
 void MetricsAccumulator::add(DType dtype, const void* x, const void* xhat, uint64_t n) {
-  auto run = [&](auto* typed) {
-    using T = std::remove_pointer_t<decltype(typed)>;
-    accumulate<kLanes>(lanes_, numel_, static_cast<const T*>(x), static_cast<const T*>(xhat), n, nonfinite_);
-  };
-  switch (dtype) {
-    case DType::kFloat64: run(static_cast<double*>(nullptr)); break;
-    case DType::kFloat32: run(static_cast<float*>(nullptr)); break;
-    case DType::kFloat16: run(static_cast<F16*>(nullptr)); break;
-    case DType::kBFloat16: run(static_cast<BF16*>(nullptr)); break;
+  const std::size_t esize = dtype_size(dtype);
+  const auto* px = static_cast<const std::byte*>(x);
+  const auto* py = static_cast<const std::byte*>(xhat);
+  while (n > 0) {
+    // The part of this block still open.
+    const uint64_t pos = start_ + numel_;
+    const uint64_t m = std::min(n, kBlock - pos % kBlock);
+    auto run = [&](auto* typed) {
+      using T = std::remove_pointer_t<decltype(typed)>;
+      accumulate<kLanes>(open_, pos, reinterpret_cast<const T*>(px), reinterpret_cast<const T*>(py), m, nonfinite_);
+    };
+    switch (dtype) {
+      case DType::kFloat64: run(static_cast<double*>(nullptr)); break;
+      case DType::kFloat32: run(static_cast<float*>(nullptr)); break;
+      case DType::kFloat16: run(static_cast<F16*>(nullptr)); break;
+      case DType::kBFloat16: run(static_cast<BF16*>(nullptr)); break;
+    }
+    open_used_ = true;
+    numel_ += m;
+    n -= m;
+    px += m * esize;
+    py += m * esize;
+    if ((start_ + numel_) % kBlock == 0) close_block();
   }
-  numel_ += n;
+}
+
+void MetricsAccumulator::append(MetricsAccumulator&& next) {
+  // Precondition (the caller splits at block boundaries): this ends where `next` starts, with no
+  // block open.
+  blocks_.insert(blocks_.end(), next.blocks_.begin(), next.blocks_.end());
+  open_ = next.open_;
+  open_used_ = next.open_used_;
+  numel_ += next.numel_;
+  nonfinite_ += next.nonfinite_;
 }
 
 void MetricsAccumulator::merge(const MetricsAccumulator& o) {
+  if (open_used_) close_block();
+  blocks_.insert(blocks_.end(), o.blocks_.begin(), o.blocks_.end());
+  if (o.open_used_) blocks_.push_back(o.open_);
   numel_ += o.numel_;
   nonfinite_ += o.nonfinite_;
-  merged_.push_back(o.lanes_);
-  merged_.insert(merged_.end(), o.merged_.begin(), o.merged_.end());
 }
 
 Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const {
@@ -78,20 +108,26 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   m.bytes_out = bytes_out;
   m.ratio = bytes_out ? static_cast<double>(bytes_in) / static_cast<double>(bytes_out) : 0.0;
   m.bits_per_element = numel_ ? 8.0 * static_cast<double>(bytes_out) / static_cast<double>(numel_) : 0.0;
-  // Lanes in a fixed order: ours, then merged accumulators in the order they were merged.
+  // Each block's lanes in order, then the blocks in order.
   double sum_xx = 0, sum_yy = 0, sum_xy = 0, sum_ee = 0, sum_e = 0, max_abs = 0;
   auto fold = [&](const Lanes& a) {
+    double b[5] = {};
     for (int l = 0; l < kLanes; ++l) {
-      sum_xx += a.xx[l];
-      sum_yy += a.yy[l];
-      sum_xy += a.xy[l];
-      sum_ee += a.ee[l];
-      sum_e += a.e[l];
+      b[0] += a.xx[l];
+      b[1] += a.yy[l];
+      b[2] += a.xy[l];
+      b[3] += a.ee[l];
+      b[4] += a.e[l];
       max_abs = a.max_abs[l] > max_abs ? a.max_abs[l] : max_abs;
     }
+    sum_xx += b[0];
+    sum_yy += b[1];
+    sum_xy += b[2];
+    sum_ee += b[3];
+    sum_e += b[4];
   };
-  fold(lanes_);
-  for (const Lanes& a : merged_) fold(a);
+  for (const Lanes& a : blocks_) fold(a);
+  if (open_used_) fold(open_);
   const double nx = std::sqrt(sum_xx), ny = std::sqrt(sum_yy), ne = std::sqrt(sum_ee);
   // Conventions for zero vectors: a zero x reproduced exactly is a perfect result.
   m.rel_l2 = nx > 0 ? ne / nx : (ne > 0 ? kInf : 0.0);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <thread>
 
 #include "gcz/codec_spec.h"
 #include "gcz/container.h"
@@ -78,7 +79,8 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   }
 
   GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(output));
-  detail::TensorEncoder encoder(*writer, report.backend, options.seed, options.chunk_elements);
+  const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  detail::TensorEncoder encoder(*writer, report.backend, options.seed, options.chunk_elements, threads);
   std::optional<CumulativeError> cumulative;
   Progress progress{0, tensor_count, 0, bytes_total, nullptr};
   std::size_t k = 0;

@@ -1,6 +1,8 @@
 #include "tensor_encoder.h"
 
 #include <algorithm>
+#include <numeric>
+#include <thread>
 #include <cstring>
 
 namespace gcz::detail {
@@ -37,27 +39,53 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
   for (const std::string& n : codec.stream_names(t)) rec.streams.push_back({.name = n});
   GCZ_RETURN_IF_ERROR(writer_.begin_tensor(rec));
 
+  // Chunks (and thread pieces) start at multiples of L: whole codec units and whole metric blocks.
   const uint64_t unit = codec.chunk_unit();
-  const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1) : std::max(unit, chunk_elements_ / unit * unit);
+  const uint64_t L = unit == 0 ? 0 : std::lcm(unit, MetricsAccumulator::kBlock);
+  const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1) : std::max(L, chunk_elements_ / L * L);
+  const unsigned threads = unit == 0 ? 1u : threads_;
+  std::vector<std::unique_ptr<Codec>> extra;  // one codec per extra thread
+  for (unsigned k = 1; k < threads; ++k) {
+    GCZ_ASSIGN_OR_RETURN(auto c, make_codec(plan.codec.name, plan.codec.params, backend_));
+    c->set_context(codec.context());
+    extra.push_back(std::move(c));
+  }
   const std::size_t esize = dtype_size(t.dtype);
   in_.resize(std::min(chunk, numel) * esize);
   xhat_.resize(in_.size());
-  std::vector<ByteBuffer> out(rec.streams.size());
+  const std::size_t nstreams = rec.streams.size();
+  std::vector<std::vector<ByteBuffer>> outs(threads, std::vector<ByteBuffer>(nstreams));
   MetricsAccumulator acc;
   for (uint64_t first = 0; first < numel; first += chunk) {
     const uint64_t count = std::min(chunk, numel - first);
     GCZ_RETURN_IF_ERROR(src.read(first, count, in_.data()));
-    for (ByteBuffer& b : out) b.clear();
-    GCZ_RETURN_IF_ERROR(codec.encode(t, in_.data(), first, count, out).with_context(where));
-    std::vector<ByteSpan> spans;
-    for (std::size_t s = 0; s < out.size(); ++s) {
-      GCZ_RETURN_IF_ERROR(writer_.append(s, out[s]));
-      spans.emplace_back(out[s]);
+    // Pieces: boundaries at multiples of L, so each thread's output is what one pass would write there.
+    std::vector<uint64_t> bounds = {first};
+    for (unsigned k = 1; k < threads; ++k) {
+      const uint64_t b = first + (count * k / threads) / L * L;
+      if (b > bounds.back()) bounds.push_back(b);
     }
-    // Decode what was just written, to measure what it lost.
-    GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat_.data()).with_context(where));
-    const std::byte* x = extras.reference ? extras.reference + first * esize : in_.data();
-    acc.add(t.dtype, x, xhat_.data(), count);
+    bounds.push_back(first + count);
+    const std::size_t pieces = bounds.size() - 1;
+    std::vector<MetricsAccumulator> accs;
+    for (std::size_t k = 0; k < pieces; ++k) accs.emplace_back(bounds[k]);
+    std::vector<Status> status(pieces);
+    auto work = [&](std::size_t k) {
+      Codec& c = k == 0 ? codec : *extra[k - 1];
+      for (ByteBuffer& b : outs[k]) b.clear();
+      status[k] = encode_piece(c, t, first, bounds[k], bounds[k + 1] - bounds[k], extras.reference, outs[k], accs[k]);
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t k = 1; k < pieces; ++k) pool.emplace_back(work, k);
+    work(0);
+    for (std::thread& th : pool) th.join();
+    for (const Status& st : status) GCZ_RETURN_IF_ERROR(st.with_context(where));
+    // One append per stream and chunk, whatever the thread count (zstd decides on the first append).
+    for (std::size_t s = 0; s < nstreams; ++s) {
+      for (std::size_t k = 1; k < pieces; ++k) outs[0][s].insert(outs[0][s].end(), outs[k][s].begin(), outs[k][s].end());
+      GCZ_RETURN_IF_ERROR(writer_.append(s, outs[0][s]));
+    }
+    for (std::size_t k = 0; k < pieces; ++k) acc.append(std::move(accs[k]));
     if (extras.on_decoded) extras.on_decoded(first, count, xhat_.data());
     src.release(first + count);
     progress(count * esize);
@@ -71,6 +99,20 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
   writer_.attach_metrics(report.metrics);
   total_.merge(acc);
   return report;
+}
+
+Status TensorEncoder::encode_piece(Codec& codec, const TensorInfo& t, uint64_t chunk_first, uint64_t first,
+                                   uint64_t count, const std::byte* reference, std::vector<ByteBuffer>& out,
+                                   MetricsAccumulator& acc) {
+  const std::size_t esize = dtype_size(t.dtype);
+  const std::byte* x = in_.data() + (first - chunk_first) * esize;
+  std::byte* xhat = xhat_.data() + (first - chunk_first) * esize;
+  GCZ_RETURN_IF_ERROR(codec.encode(t, x, first, count, out));
+  // Decode what was just encoded, to measure what it lost.
+  std::vector<ByteSpan> spans(out.begin(), out.end());
+  GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat));
+  acc.add(t.dtype, reference ? reference + first * esize : x, xhat, count);
+  return Status::ok();
 }
 
 }  // namespace gcz::detail

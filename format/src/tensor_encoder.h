@@ -40,8 +40,11 @@ struct EncodeExtras {
 
 class TensorEncoder {
  public:
-  TensorEncoder(GczWriter& writer, Backend backend, uint64_t seed, uint64_t chunk_elements)
-      : writer_(writer), backend_(backend), seed_(seed), chunk_elements_(chunk_elements) {}
+  // `threads` > 1 splits each chunk of a chunked codec over that many threads (CPU backend), in
+  // pieces at fixed element boundaries, so the bytes and metrics are the same for any thread count.
+  TensorEncoder(GczWriter& writer, Backend backend, uint64_t seed, uint64_t chunk_elements, unsigned threads = 1)
+      : writer_(writer), backend_(backend), seed_(seed), chunk_elements_(chunk_elements),
+        threads_(backend == Backend::kCpu && threads > 1 ? threads : 1) {}
 
   // Encodes src with `plan` into the writer, returning its report (codec, metrics). `progress` gets
   // input bytes as they are done.
@@ -52,10 +55,16 @@ class TensorEncoder {
   const MetricsAccumulator& total() const { return total_; }
 
  private:
+  // Encodes and decodes elements [first, first + count) (in_ holds the chunk from element
+  // chunk_first) on codec `codec`, into `out` and xhat_, measuring into `acc`.
+  Status encode_piece(Codec& codec, const TensorInfo& t, uint64_t chunk_first, uint64_t first, uint64_t count,
+                      const std::byte* reference, std::vector<ByteBuffer>& out, MetricsAccumulator& acc);
+
   GczWriter& writer_;
   Backend backend_;
   uint64_t seed_;
   uint64_t chunk_elements_;
+  unsigned threads_;
   ByteBuffer in_, xhat_;
   MetricsAccumulator total_;
 };

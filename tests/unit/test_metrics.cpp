@@ -82,3 +82,42 @@ TEST(Metrics, HalfPrecisionInputs) {
 
 }  // namespace
 }  // namespace gcz
+
+namespace gcz {
+namespace {
+
+// Threads hand back block-aligned pieces of one tensor: appending them must give exactly what one
+// pass gives, bit for bit, and so must any other split into add() calls.
+TEST(Metrics, SplitsAndThreadPiecesGiveIdenticalResults) {
+  const uint64_t n = 3 * MetricsAccumulator::kBlock + 12345;
+  std::vector<float> x(n), y(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    x[i] = std::sin(0.001f * static_cast<float>(i)) * 1e-3f;
+    y[i] = x[i] * (1.0f + 1e-3f * std::cos(0.7f * static_cast<float>(i)));
+  }
+  MetricsAccumulator whole;
+  whole.add(DType::kFloat32, x.data(), y.data(), n);
+  MetricsAccumulator odd;
+  for (uint64_t first = 0; first < n; first += 7777) {
+    const uint64_t c = std::min<uint64_t>(7777, n - first);
+    odd.add(DType::kFloat32, x.data() + first, y.data() + first, c);
+  }
+  const uint64_t b = MetricsAccumulator::kBlock;
+  MetricsAccumulator head(0), mid(b), tail(3 * b);
+  head.add(DType::kFloat32, x.data(), y.data(), b);
+  mid.add(DType::kFloat32, x.data() + b, y.data() + b, 2 * b);
+  tail.add(DType::kFloat32, x.data() + 3 * b, y.data() + 3 * b, n - 3 * b);
+  head.append(std::move(mid));
+  head.append(std::move(tail));
+  for (const MetricsAccumulator* m : {&odd, &head}) {
+    const Metrics a = whole.finish(1, 1), c = m->finish(1, 1);
+    EXPECT_EQ(a.rel_l2, c.rel_l2);
+    EXPECT_EQ(a.cosine, c.cosine);
+    EXPECT_EQ(a.mean_error, c.mean_error);
+    EXPECT_EQ(a.max_abs_error, c.max_abs_error);
+    EXPECT_EQ(a.numel, c.numel);
+  }
+}
+
+}  // namespace
+}  // namespace gcz

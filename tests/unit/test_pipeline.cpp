@@ -167,6 +167,27 @@ TEST(Pipeline, OutputIsDeterministicAndIndependentOfChunking) {
   }
 }
 
+TEST(Pipeline, BytesDoNotDependOnTheThreadCount) {
+  const fs::path d = temp_dir("threads");
+  std::vector<ByteBuffer> values;
+  write_inputs(d / "in.safetensors", {{"a", DType::kFloat32, {300000}}, {"b", DType::kBFloat16, {70000, 3}}}, values);
+  EncodeOptions o;
+  o.device = DeviceRequest::kCpu;
+  o.chunk_elements = 1 << 17;  // several chunks, each split over the threads
+  for (const char* spec : {"fp16", "bf16+zstd"}) {
+    o.spec = spec;
+    std::vector<std::vector<char>> files;
+    for (unsigned threads : {1u, 2u, 3u}) {
+      o.threads = threads;
+      const fs::path out = d / ("t" + std::to_string(threads) + ".gcz");
+      ASSERT_TRUE(encode_files({(d / "in.safetensors").string()}, out.string(), o));
+      files.push_back(file_bytes(out));
+    }
+    EXPECT_EQ(files[0], files[1]) << spec;
+    EXPECT_EQ(files[0], files[2]) << spec;
+  }
+}
+
 TEST(Pipeline, EvalMeasuresTheSameBytesItWouldWrite) {
   const fs::path d = temp_dir("eval");
   std::vector<ByteBuffer> values;

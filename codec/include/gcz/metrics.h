@@ -36,23 +36,36 @@ inline constexpr double kNormRatioWarning = 0.9;
 
 class MetricsAccumulator {
  public:
-  // Adds n elements of x and x̂, both of dtype `dtype`.
+  // Element positions count from `start`, the index in its tensor of the first element added.
+  explicit MetricsAccumulator(uint64_t start = 0) : start_(start) {}
+
+  // Adds n elements of x and x̂, both of dtype `dtype`, at the next positions.
   void add(DType dtype, const void* x, const void* xhat, uint64_t n);
+  // Continues this tensor with `next`, which starts where this one ends, at a block boundary (how
+  // threads hand back their ranges of one tensor). The result is what adding in one go gives.
+  void append(MetricsAccumulator&& next);
+  // Adds another tensor's sums after this one's (for totals over tensors; order matters).
   void merge(const MetricsAccumulator& other);
   Metrics finish(uint64_t bytes_in, uint64_t bytes_out) const;
 
+  // Sums are kept per block of kBlock positions, each in kLanes interleaved lanes (position p goes to
+  // lane p mod kLanes), and the blocks are summed in order at the end. So the loop pipelines, and the
+  // result depends only on the elements, never on how they were split into add() calls or threads.
+  static constexpr uint64_t kBlock = 65536;
+
  private:
-  // Sums are kept in kLanes interleaved partial sums (element i goes to lane i mod kLanes, counted over
-  // the whole tensor) so the loop pipelines and vectorizes, while the result stays independent of how
-  // the tensor was split into add() calls.
   static constexpr int kLanes = 4;
   struct Lanes {
     double xx[kLanes] = {}, yy[kLanes] = {}, xy[kLanes] = {}, ee[kLanes] = {}, e[kLanes] = {}, max_abs[kLanes] = {};
   };
+  void close_block();
+
+  uint64_t start_ = 0;
   uint64_t numel_ = 0;
   uint64_t nonfinite_ = 0;
-  Lanes lanes_;
-  std::vector<Lanes> merged_;  // accumulators merged in, summed after our own in finish()
+  Lanes open_;                // the block being filled
+  bool open_used_ = false;
+  std::vector<Lanes> blocks_;  // closed blocks, in order
 };
 
 }  // namespace gcz

@@ -54,6 +54,7 @@ struct EncodeOptions {
   std::map<std::string, std::string> metadata;
   ReadOptions read;
   uint64_t chunk_elements = uint64_t{1} << 24;  // elements per chunk for chunked codecs
+  unsigned threads = 0;  // CPU threads for chunked codecs; 0 = one per core. The bytes do not depend on it
   ProgressFn progress;
   // Error feedback (gcz/error_feedback.h): residuals are added before encoding and updated after.
   // Tensors are then encoded as float32 (float64 stays float64), whole, in memory.
