@@ -7,6 +7,7 @@
 #include "cuda_hooks.h"
 #include "gcz/detail/cast_codec.h"
 #include "codecs/qsgd.h"
+#include "codecs/terngrad.h"
 
 namespace gcz {
 
@@ -87,6 +88,7 @@ const Entry kCodecs[] = {
     {"fp16", [](const Params& p, Backend b) { return make_cast("fp16", p, b); }},
     {"bf16", [](const Params& p, Backend b) { return make_cast("bf16", p, b); }},
     {"qsgd", make_qsgd_codec},
+    {"terngrad", make_terngrad_codec},
     // gcz-codec-registry: one line per codec family above this comment.
 };
 

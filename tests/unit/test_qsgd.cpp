@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "codecs/quant_uniforms.h"
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
 #include "gcz/convert.h"
@@ -244,6 +245,29 @@ TEST(Qsgd, ChunkedEncodeEqualsWholeEncode) {
       EXPECT_EQ(parts.scales, whole.scales) << spec << " chunk " << chunk;
       EXPECT_EQ(ychunks, y) << spec << " chunk " << chunk;
     }
+  }
+}
+
+// The SSE2 and AVX2 loops (chosen at run time) write the same bytes and decode to the same values.
+TEST(Qsgd, InstructionSetDoesNotChangeTheBytes) {
+  const uint64_t n = 5003;
+  std::vector<float> x = gaussian(n, 19);
+  x[10] = std::numeric_limits<float>::infinity();
+  x[77] = std::numeric_limits<float>::quiet_NaN();
+  for (const char* spec : {"qsgd", "qsgd:bits=4", "qsgd:bits=3,group=100,scale=l2", "qsgd:bits=2,rounding=nearest",
+                           "qsgd:bits=7,group=1000,scale_dtype=bf16", "qsgd:bits=5,group=5,scale=l2"}) {
+    Encoded e[2];
+    std::vector<float> y[2];
+    for (int avx2 = 0; avx2 < 2; ++avx2) {
+      detail::allow_avx2_for_testing(avx2 == 1);
+      auto c = make(spec);
+      e[avx2] = encode(*c, f32(n), x.data(), 0, n);
+      y[avx2] = decode(*c, f32(n), e[avx2], 0, n);
+    }
+    detail::allow_avx2_for_testing(true);
+    EXPECT_EQ(e[0].codes, e[1].codes) << spec;
+    EXPECT_EQ(e[0].scales, e[1].scales) << spec;
+    EXPECT_EQ(y[0], y[1]) << spec;
   }
 }
 

@@ -46,12 +46,6 @@ class QsgdCodec : public Codec {
                 void* dst) override;
 
  private:
-  // Elements [first, first + len) of one span (a whole number of groups, first a multiple of 8):
-  // scales to `scales`, codes packed to `codes`.
-  void encode_span(const float* x, uint64_t first, uint64_t len, std::byte* codes, std::byte* scales);
-  // Reads the span's scales; false if one is negative or not finite.
-  bool read_steps(const std::byte* scales, uint64_t groups);
-
   QsgdOptions o_;
   uint64_t unit_;  // lcm(group, 8)
   uint64_t span_;  // elements per span: a multiple of unit_ near 8192

@@ -1,0 +1,65 @@
+// TernGrad (Wen et al. 2017) on the CPU: each element becomes one of {-s, 0, +s}, s = max|clip(x)| per
+// tensor (the paper) or per group, x clipped to ±c·sigma first; rounding stochastic (unbiased within the
+// clip) or deterministic; trits packed five per byte (base 3) or four per byte (2 bits). The math is in
+// gcz/detail/terngrad_math.h, the layout in docs/codecs/terngrad.md.
+//
+//   auto c = gcz::make_terngrad_codec({{"scale", std::string("group")}}, gcz::Backend::kCpu);
+//   (*c)->stream_names(t);   // {"trits", "scales"}
+#pragma once
+
+#include <memory>
+
+#include "gcz/codec.h"
+
+namespace gcz {
+
+// Makes the `terngrad` codec from its spec parameters (clip, scale, group, rounding, packing).
+Result<std::unique_ptr<Codec>> make_terngrad_codec(const Params& params, Backend backend);
+
+namespace detail {
+
+struct TernGradOptions {
+  double clip = 2.5;        // c: clip to ±c·sigma; 0 = no clipping
+  bool group_scale = false; // one scale per group of `group` elements instead of per tensor
+  uint64_t group = 128;     // 1..kTernGradMaxGroup, with group_scale only
+  bool stochastic = true;   // unbiased Bernoulli rounding, else deterministic (|x|/s >= 0.5)
+  bool base3 = true;        // 5 trits per byte, else 4 (2 bits each)
+};
+
+inline constexpr uint64_t kTernGradMaxGroup = uint64_t{1} << 24;
+
+Result<TernGradOptions> parse_terngrad_options(const Params& params);
+
+class TernGradCodec : public Codec {
+ public:
+  explicit TernGradCodec(const TernGradOptions& o);
+
+  std::string_view name() const override { return "terngrad"; }
+  Params params() const override;
+  std::vector<std::string> stream_names(const TensorInfo&) const override { return {"trits", "scales"}; }
+  uint64_t chunk_unit() const override { return unit_; }
+  Result<uint64_t> stream_size(const TensorInfo& t, std::size_t stream, uint64_t first,
+                               uint64_t count) const override;
+  Status encode(const TensorInfo& t, const void* src, uint64_t first, uint64_t count,
+                std::vector<ByteBuffer>& out) override;
+  Status decode(const TensorInfo& t, const std::vector<ByteSpan>& in, uint64_t first, uint64_t count,
+                void* dst) override;
+
+ private:
+  // The span [a, a + len) of the input as float32 (converted into x_ unless already float32).
+  const float* span_values(const TensorInfo& t, const void* src, uint64_t a, uint64_t len);
+  // s of the whole tensor: one pass over it for the moments.
+  float tensor_scale(const TensorInfo& t, const void* src, uint64_t count);
+  // The scales of the groups in span [a, a + len) to s_ and to `out`.
+  void group_scales(const float* x, uint64_t len, std::byte* out);
+
+  TernGradOptions o_;
+  uint64_t unit_;  // 0 (tensor scale) or lcm(group, trits per byte)
+  uint64_t span_;  // elements per span: a multiple of the unit, or of 40 = lcm(5, 4, 8) for a tensor scale
+  uint64_t piece_; // elements per scale within a span: group, or span_ for a tensor scale
+  std::vector<float> x_, y_, u_, s_;
+  std::vector<uint8_t> trits_;
+};
+
+}  // namespace detail
+}  // namespace gcz

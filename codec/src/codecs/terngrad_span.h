@@ -1,0 +1,59 @@
+// The CPU loops of TernGrad: the moments behind the scale (count, max|x|, shifted sums for sigma), the
+// trits of one span and their packing, and the way back. Compiled for SSE2 and AVX2 with the choice
+// made at run time; both give the same bytes (the same float operations in the same order, no FMA).
+//
+//   TernGradMoments m;
+//   terngrad_add_moments(x, n, m);                  // any number of times, whole 256-blocks but the last
+//   float s = scale_from_stats(m.max_abs(), m.sigma(), clip);
+#pragma once
+
+#include <cstdint>
+
+#include "gcz/detail/quant_reduce.h"
+
+namespace gcz::detail {
+
+// Sums over a range of float32 values for its scale. With K the range's first finite element and
+// d = x - K in float64 for each finite x: S1 = sum of d, S2 = sum of d^2 (gcz/detail/quant_reduce.h
+// order), n_f the finite count, and max|x| over the finite elements.
+struct TernGradMoments {
+  double shift = 0.0;  // K
+  bool has_shift = false;
+  PairwiseSum s1, s2;
+  uint64_t finite = 0;
+  int32_t max_bits = 0;
+
+  float max_abs() const;
+  // Population sd: var = (S2 - (S1 * S1) / n_f) / n_f in float64, sigma = sqrt(var), 0 when var <= 0.
+  double sigma() const;
+};
+
+// Adds x[0, n) to the range's moments; every call but the range's last adds a multiple of kSumBlock.
+void terngrad_add_moments(const float* x, uint64_t n, TernGradMoments& m);
+
+struct TernGradEncodeSpan {
+  const float* x;       // len float32 values
+  const float* u;       // len uniforms (stochastic rounding), or any len readable floats
+  uint64_t len;         // a multiple of the trits per byte except at the end of the tensor
+  uint64_t piece;       // elements per scale (the group, or len for a tensor scale)
+  const float* scales;  // ceil(len / piece) scales
+  bool stochastic;
+  bool base3;
+  uint8_t* scratch;     // len + 5 bytes
+  uint8_t* out;         // ceil(len / 5) or ceil(len / 4) bytes
+};
+void terngrad_encode_span(const TernGradEncodeSpan& job);
+
+struct TernGradDecodeSpan {
+  const uint8_t* in;    // ceil(len / 5) or ceil(len / 4) bytes
+  uint64_t len;
+  uint64_t piece;
+  const float* scales;  // ceil(len / piece) scales, checked finite and >= 0
+  bool base3;
+  uint8_t* scratch;     // len + 5 bytes
+  float* y;             // len float32 values
+};
+// False on a byte that holds no valid trits (base3 >= 243, a 2-bit code 3) or nonzero padding.
+bool terngrad_decode_span(const TernGradDecodeSpan& job);
+
+}  // namespace gcz::detail

@@ -1,0 +1,412 @@
+// TernGrad: unbiasedness without clipping, the clip to ±c·sigma, deterministic rounding, the base-3 and
+// 2-bit packings (known answers, exact sizes, round trips), the documented RNG draws, chunking, edge
+// cases and bad parameters.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <random>
+
+#include "codecs/quant_uniforms.h"
+#include "gcz/codec.h"
+#include "gcz/codec_spec.h"
+#include "gcz/convert.h"
+#include "gcz/detail/philox.h"
+#include "gcz/pipeline.h"
+#include "gcz/tensor_io.h"
+
+namespace gcz {
+namespace {
+
+std::unique_ptr<Codec> make(const std::string& spec, uint64_t seed = 1, uint64_t key = 7) {
+  auto s = parse_codec_spec(spec);
+  EXPECT_TRUE(s) << spec;
+  auto c = make_codec("terngrad", s->stages[0].params, Backend::kCpu);
+  EXPECT_TRUE(c) << c.status().message();
+  (*c)->set_context({seed, key});
+  return std::move(*c);
+}
+
+struct Encoded {
+  ByteBuffer trits, scales;
+};
+
+TensorInfo f32(uint64_t n) { return {"t", DType::kFloat32, {n}}; }
+
+Encoded encode(Codec& c, const TensorInfo& t, const void* x, uint64_t first, uint64_t n) {
+  std::vector<ByteBuffer> out(2);
+  Status s = c.encode(t, x, first, n, out);
+  EXPECT_TRUE(s) << s.message();
+  return {out[0], out[1]};
+}
+
+std::vector<float> decode(Codec& c, const TensorInfo& t, const Encoded& e, uint64_t first, uint64_t n) {
+  std::vector<float> y(n);
+  Status s = c.decode(t, {ByteSpan(e.trits), ByteSpan(e.scales)}, first, n, y.data());
+  EXPECT_TRUE(s) << s.message();
+  return y;
+}
+
+std::vector<float> round_trip(const std::string& spec, const std::vector<float>& x, uint64_t seed = 1) {
+  auto c = make(spec, seed);
+  return decode(*c, f32(x.size()), encode(*c, f32(x.size()), x.data(), 0, x.size()), 0, x.size());
+}
+
+std::vector<float> gaussian(uint64_t n, uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+float scale_of(const Encoded& e, uint64_t g = 0) {
+  float s;
+  std::memcpy(&s, e.scales.data() + 4 * g, 4);
+  return s;
+}
+
+TEST(TernGrad, CanonicalParametersStreamsAndSizes) {
+  auto c = make("terngrad");
+  const Params p = c->params();
+  EXPECT_EQ(std::get<double>(p.at("clip")), 2.5);
+  EXPECT_EQ(std::get<std::string>(p.at("scale")), "tensor");
+  EXPECT_EQ(std::get<std::string>(p.at("rounding")), "stochastic");
+  EXPECT_EQ(std::get<std::string>(p.at("packing")), "base3");
+  EXPECT_EQ(p.count("group"), 0u);  // only with scale=group
+  EXPECT_EQ(c->stream_names(f32(1)), (std::vector<std::string>{"trits", "scales"}));
+  EXPECT_EQ(c->chunk_unit(), 0u);
+  EXPECT_EQ(*c->stream_size(f32(1001), 0, 0, 1001), 201u);  // ceil(1001 / 5)
+  EXPECT_EQ(*c->stream_size(f32(1001), 1, 0, 1001), 4u);
+  EXPECT_EQ(*c->stream_size(f32(0), 1, 0, 0), 0u);
+  auto g = make("terngrad:scale=group,packing=2bit,clip=0");
+  EXPECT_EQ(g->chunk_unit(), 128u);  // lcm(128, 4)
+  EXPECT_EQ(*g->stream_size(f32(1001), 0, 0, 1001), 251u);  // ceil(1001 / 4)
+  EXPECT_EQ(*g->stream_size(f32(1001), 1, 0, 1001), 8u * 4);
+  EXPECT_EQ(make("terngrad:scale=group,group=100")->chunk_unit(), 100u);
+  EXPECT_EQ(make("terngrad:scale=group,group=128")->chunk_unit(), 640u);  // lcm(128, 5)
+  auto again = make_codec("terngrad", g->params(), Backend::kCpu);
+  ASSERT_TRUE(again);
+  EXPECT_EQ((*again)->params(), g->params());
+}
+
+TEST(TernGrad, BadParametersAreRejectedByName) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"terngrad:clip=-1", "clip"},          {"terngrad:clip=x", "clip"},
+      {"terngrad:scale=row", "scale"},       {"terngrad:scale=group,group=0", "group"},
+      {"terngrad:group=64", "group"},        {"terngrad:rounding=nearest", "rounding"},
+      {"terngrad:packing=3bit", "packing"},  {"terngrad:bits=2", "bits"},
+  };
+  for (const auto& [spec, key] : cases) {
+    auto s = parse_codec_spec(spec);
+    ASSERT_TRUE(s) << spec;
+    auto c = make_codec("terngrad", s->stages[0].params, Backend::kCpu);
+    ASSERT_FALSE(c) << spec;
+    EXPECT_NE(c.status().message().find("terngrad"), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find(key), std::string::npos) << c.status().message();
+  }
+}
+
+// Deterministic rounding without clipping: |x| / s >= 0.5 -> ±s; trits 0 zero, 1 plus, 2 minus.
+TEST(TernGrad, PackingKnownAnswers) {
+  const std::vector<float> x = {1.0f, -1.0f, 0.4f, 0.6f, -0.5f, 0.0f, 1.0f};
+  auto b3 = make("terngrad:clip=0,rounding=deterministic");
+  Encoded e = encode(*b3, f32(7), x.data(), 0, 7);
+  ASSERT_EQ(e.trits.size(), 2u);
+  EXPECT_EQ(static_cast<uint8_t>(e.trits[0]), 1 + 3 * 2 + 9 * 0 + 27 * 1 + 81 * 2);
+  EXPECT_EQ(static_cast<uint8_t>(e.trits[1]), 0 + 3 * 1);
+  EXPECT_EQ(scale_of(e), 1.0f);
+  EXPECT_EQ(decode(*b3, f32(7), e, 0, 7), (std::vector<float>{1, -1, 0, 1, -1, 0, 1}));
+  auto b2 = make("terngrad:clip=0,rounding=deterministic,packing=2bit");
+  Encoded e2 = encode(*b2, f32(7), x.data(), 0, 7);
+  ASSERT_EQ(e2.trits.size(), 2u);
+  EXPECT_EQ(static_cast<uint8_t>(e2.trits[0]), 1 | 2 << 2 | 0 << 4 | 1 << 6);
+  EXPECT_EQ(static_cast<uint8_t>(e2.trits[1]), 2 | 0 << 2 | 1 << 4);
+}
+
+// Any trit sequence survives both packings at the exact sizes ceil(n/5) and ceil(n/4).
+TEST(TernGrad, PackingsRoundTripEveryLength) {
+  std::mt19937 rng(3);
+  for (uint64_t n = 0; n <= 64; ++n) {
+    std::vector<float> x(n);
+    for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 3) - 1);
+    if (n > 0) x[0] = 1.0f;  // s = 1
+    for (const char* packing : {"base3", "2bit"}) {
+      auto c = make(std::string("terngrad:clip=0,rounding=deterministic,packing=") + packing);
+      Encoded e = encode(*c, f32(n), x.data(), 0, n);
+      EXPECT_EQ(e.trits.size(), std::string(packing) == "base3" ? (n + 4) / 5 : (n + 3) / 4);
+      EXPECT_EQ(e.scales.size(), n > 0 ? 4u : 0u);
+      EXPECT_EQ(decode(*c, f32(n), e, 0, n), x) << packing << " n=" << n;
+    }
+  }
+}
+
+// Trit i is nonzero iff Rng(seed, key, kStreamTernGrad).uniform(i) < |x_i| / s.
+TEST(TernGrad, StochasticRoundingUsesTheDocumentedDraws) {
+  const uint64_t n = 103, seed = 5, key = 77;
+  const std::vector<float> x = gaussian(n, 9);
+  auto c = make("terngrad:clip=0,scale=group,group=5", seed, key);  // chunks of 5: not multiples of 4
+  detail::Rng rng(seed, key, detail::kStreamTernGrad);
+  for (uint64_t first = 0; first < n; first += 15) {
+    const uint64_t count = std::min<uint64_t>(15, n - first);
+    Encoded e = encode(*c, f32(n), x.data() + first, first, count);
+    const std::vector<float> y = decode(*c, f32(n), e, first, count);
+    for (uint64_t i = 0; i < count; ++i) {
+      const float s = scale_of(e, i / 5), p = std::fabs(x[first + i]) * (1.0f / s);
+      const bool on = rng.uniform(first + i) < p;
+      ASSERT_EQ(y[i], on ? std::copysign(s, x[first + i]) : 0.0f) << first + i;
+    }
+  }
+}
+
+// Without clipping, E[x̂] = x: mean over 2000 seeds within 5 sd (sd^2 = s^2 p (1 - p) / seeds).
+TEST(TernGrad, StochasticRoundingIsUnbiasedWithoutClipping) {
+  const uint64_t n = 300, seeds = 2000;
+  for (const char* spec : {"terngrad:clip=0", "terngrad:clip=0,scale=group,group=64,packing=2bit"}) {
+    const std::vector<float> x = gaussian(n, 41);
+    std::vector<double> sum(n, 0.0);
+    std::vector<float> scales(n);
+    for (uint64_t seed = 0; seed < seeds; ++seed) {
+      auto c = make(spec, seed);
+      Encoded e = encode(*c, f32(n), x.data(), 0, n);
+      const std::vector<float> y = decode(*c, f32(n), e, 0, n);
+      for (uint64_t i = 0; i < n; ++i) {
+        sum[i] += y[i];
+        scales[i] = scale_of(e, e.scales.size() == 4 ? 0 : i / 64);
+      }
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      const double s = scales[i], p = std::fabs(x[i]) / s;
+      EXPECT_NEAR(sum[i] / seeds, x[i], 5 * s * std::sqrt(p * (1 - p) / seeds) + 1e-6 * s) << spec << " " << i;
+    }
+  }
+}
+
+// The scale is min(max|x|, c * sigma), sigma the population sd of the finite elements (float64).
+TEST(TernGrad, ClippingToCSigma) {
+  std::vector<float> x = gaussian(4000, 43, 0.01f);
+  x[17] = 5.0f;  // an outlier far beyond 2.5 sigma
+  x[99] = std::numeric_limits<float>::quiet_NaN();
+  double sum = 0, sq = 0, n = 0;
+  for (float v : x) {
+    if (std::isfinite(v)) sum += v, n += 1;
+  }
+  for (float v : x) {
+    if (std::isfinite(v)) sq += (v - sum / n) * (v - sum / n);
+  }
+  const double sigma = std::sqrt(sq / n);
+  for (double c : {2.5, 1.0}) {
+    auto codec = make("terngrad:clip=" + std::to_string(c));
+    Encoded e = encode(*codec, f32(x.size()), x.data(), 0, x.size());
+    EXPECT_NEAR(scale_of(e), c * sigma, c * sigma * 1e-6);
+    const std::vector<float> y = decode(*codec, f32(x.size()), e, 0, x.size());
+    EXPECT_EQ(y[17], scale_of(e));  // clipped to s: p = 1
+    EXPECT_EQ(y[99], 0.0f);
+    for (float v : y) ASSERT_TRUE(v == 0.0f || std::fabs(v) == scale_of(e));
+  }
+  auto none = make("terngrad:clip=0");
+  EXPECT_EQ(scale_of(encode(*none, f32(x.size()), x.data(), 0, x.size())), 5.0f);
+  auto wide = make("terngrad:clip=1000");  // c * sigma above the max: no clipping
+  EXPECT_EQ(scale_of(encode(*wide, f32(x.size()), x.data(), 0, x.size())), 5.0f);
+  // Per group: each group's own sigma and max.
+  auto grouped = make("terngrad:scale=group,group=1000,clip=2.5");
+  Encoded eg = encode(*grouped, f32(x.size()), x.data(), 0, x.size());
+  ASSERT_EQ(eg.scales.size(), 16u);
+  EXPECT_LT(scale_of(eg, 0), 1.0f);  // the outlier's group is clipped
+  for (uint64_t g = 1; g < 4; ++g) EXPECT_LT(scale_of(eg, g), 0.1f);
+}
+
+TEST(TernGrad, DeterministicRoundingIsNearest) {
+  const std::vector<float> x = gaussian(999, 47);
+  auto c = make("terngrad:rounding=deterministic,clip=0,scale=group,group=100");
+  Encoded e = encode(*c, f32(999), x.data(), 0, 999);
+  const std::vector<float> y = decode(*c, f32(999), e, 0, 999);
+  for (uint64_t i = 0; i < 999; ++i) {
+    const float s = scale_of(e, i / 100);
+    ASSERT_EQ(y[i], std::fabs(x[i]) * (1.0f / s) >= 0.5f ? std::copysign(s, x[i]) : 0.0f) << i;
+    ASSERT_LE(std::fabs(y[i] - x[i]), 0.5f * s * (1 + 1e-6f));
+  }
+}
+
+TEST(TernGrad, ChunkedEncodeEqualsWholeEncode) {
+  const uint64_t n = 10007;
+  const std::vector<float> x = gaussian(n, 53);
+  for (const char* spec : {"terngrad:scale=group", "terngrad:scale=group,group=7,packing=2bit",
+                           "terngrad:scale=group,group=3,rounding=deterministic", "terngrad:scale=group,group=2000,clip=1"}) {
+    auto c = make(spec);
+    const Encoded whole = encode(*c, f32(n), x.data(), 0, n);
+    const std::vector<float> y = decode(*c, f32(n), whole, 0, n);
+    for (uint64_t chunk : {c->chunk_unit(), 7 * c->chunk_unit()}) {
+      Encoded parts;
+      std::vector<float> ychunks;
+      for (uint64_t first = 0; first < n; first += chunk) {
+        const uint64_t count = std::min(chunk, n - first);
+        Encoded e = encode(*c, f32(n), x.data() + first, first, count);
+        const std::vector<float> yc = decode(*c, f32(n), e, first, count);
+        parts.trits.insert(parts.trits.end(), e.trits.begin(), e.trits.end());
+        parts.scales.insert(parts.scales.end(), e.scales.begin(), e.scales.end());
+        ychunks.insert(ychunks.end(), yc.begin(), yc.end());
+      }
+      EXPECT_EQ(parts.trits, whole.trits) << spec << " chunk " << chunk;
+      EXPECT_EQ(parts.scales, whole.scales) << spec << " chunk " << chunk;
+      EXPECT_EQ(ychunks, y) << spec << " chunk " << chunk;
+    }
+  }
+}
+
+// The SSE2 and AVX2 loops (chosen at run time) write the same bytes and decode to the same values.
+TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
+  const uint64_t n = 20011;
+  std::vector<float> x = gaussian(n, 73);
+  x[10] = std::numeric_limits<float>::infinity();
+  x[9000] = std::numeric_limits<float>::quiet_NaN();
+  for (const char* spec : {"terngrad", "terngrad:packing=2bit,rounding=deterministic", "terngrad:scale=group,group=300",
+                           "terngrad:scale=group,group=7,clip=1,packing=2bit"}) {
+    Encoded e[2];
+    std::vector<float> y[2];
+    for (int avx2 = 0; avx2 < 2; ++avx2) {
+      detail::allow_avx2_for_testing(avx2 == 1);
+      auto c = make(spec);
+      e[avx2] = encode(*c, f32(n), x.data(), 0, n);
+      y[avx2] = decode(*c, f32(n), e[avx2], 0, n);
+    }
+    detail::allow_avx2_for_testing(true);
+    EXPECT_EQ(e[0].trits, e[1].trits) << spec;
+    EXPECT_EQ(e[0].scales, e[1].scales) << spec;
+    EXPECT_EQ(y[0], y[1]) << spec;
+  }
+}
+
+TEST(TernGrad, EmptyZeroDimSingleZerosAndConstants) {
+  for (const char* spec : {"terngrad", "terngrad:scale=group,group=6,packing=2bit"}) {
+    auto c = make(spec);
+    Encoded e = encode(*c, f32(0), nullptr, 0, 0);
+    EXPECT_TRUE(e.trits.empty() && e.scales.empty()) << spec;
+    const TensorInfo scalar{"s", DType::kFloat32, {}};
+    const float v = -3.25f;
+    Encoded one = encode(*c, scalar, &v, 0, 1);
+    EXPECT_EQ(decode(*c, scalar, one, 0, 1)[0], v) << spec;  // sigma = 0: no clip, p = 1
+    for (uint64_t n : {1u, 4u, 5u, 6u, 13u, 1001u}) {
+      for (float y : round_trip(spec, std::vector<float>(n, 0.0f))) ASSERT_EQ(y, 0.0f) << spec;
+      for (float y : round_trip(spec, std::vector<float>(n, 0.125f))) ASSERT_EQ(y, 0.125f) << spec;
+    }
+  }
+}
+
+TEST(TernGrad, HugeTinySubnormalAndNonFinite) {
+  const float big = std::numeric_limits<float>::max(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> huge = {big, -big, 1e38f, -3e37f, 0.0f};
+  for (float y : round_trip("terngrad", huge)) ASSERT_TRUE(std::isfinite(y));
+  const std::vector<float> tiny = {1e-30f, -3e-31f, 2e-32f, 0.0f};
+  auto yt = round_trip("terngrad:clip=0,rounding=deterministic", tiny);
+  EXPECT_EQ(yt, (std::vector<float>{1e-30f, 0.0f, 0.0f, 0.0f}));
+  // Subnormal data gets the smallest scale 2^-120; stochastic rounding stays finite and mostly zero.
+  for (float y : round_trip("terngrad:clip=0", {1e-40f, -3e-41f, 1.4e-45f})) {
+    ASSERT_TRUE(y == 0.0f || std::fabs(y) == std::ldexp(1.0f, -120));
+  }
+  const std::vector<float> bad = {0.5f, std::nanf(""), -inf, 0.25f, inf, -0.5f};
+  for (const char* spec : {"terngrad", "terngrad:scale=group,group=3", "terngrad:clip=0,rounding=deterministic"}) {
+    const std::vector<float> y = round_trip(spec, bad);
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(y[i])) << spec;
+      if (!std::isfinite(bad[i])) EXPECT_EQ(y[i], 0.0f) << spec;
+    }
+  }
+  for (float y : round_trip("terngrad", {std::nanf(""), inf})) EXPECT_EQ(y, 0.0f);
+}
+
+TEST(TernGrad, OtherInputDtypesQuantizeTheirFloat32Values) {
+  const uint64_t n = 777;
+  const std::vector<float> g = gaussian(n, 59);
+  for (const char* spec : {"terngrad", "terngrad:scale=group,group=50"}) {
+    for (DType d : {DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+      ByteBuffer in(n * dtype_size(d));
+      convert_elements(DType::kFloat32, g.data(), d, in.data(), n);
+      std::vector<float> as_f32(n);
+      convert_elements(d, in.data(), DType::kFloat32, as_f32.data(), n);
+      auto c = make(spec);
+      const TensorInfo t{"t", d, {n}};
+      const Encoded e = encode(*c, t, in.data(), 0, n);
+      const Encoded ref = encode(*c, f32(n), as_f32.data(), 0, n);
+      EXPECT_EQ(e.trits, ref.trits) << dtype_name(d);
+      EXPECT_EQ(e.scales, ref.scales) << dtype_name(d);
+      ByteBuffer out(n * dtype_size(d)), want(n * dtype_size(d));
+      ASSERT_TRUE(c->decode(t, {ByteSpan(e.trits), ByteSpan(e.scales)}, 0, n, out.data()));
+      const std::vector<float> y = decode(*c, f32(n), ref, 0, n);
+      convert_elements(DType::kFloat32, y.data(), d, want.data(), n);
+      EXPECT_EQ(out, want) << dtype_name(d);
+    }
+  }
+}
+
+TEST(TernGrad, CorruptStreamsAreRejected) {
+  const std::vector<float> x = gaussian(13, 61);
+  for (const char* packing : {"base3", "2bit"}) {
+    auto c = make(std::string("terngrad:packing=") + packing);
+    Encoded e = encode(*c, f32(13), x.data(), 0, 13);
+    std::vector<float> y(13);
+    auto fails = [&](const Encoded& b) { return !c->decode(f32(13), {ByteSpan(b.trits), ByteSpan(b.scales)}, 0, 13, y.data()); };
+    Encoded invalid = e;
+    invalid.trits[0] = std::byte{0xFF};  // base3: 255 > 242; 2bit: code 3
+    EXPECT_TRUE(fails(invalid)) << packing;
+    Encoded padded = e;  // 13 = 2 * 5 + 3 = 3 * 4 + 1: the last byte has unused places
+    padded.trits.back() = std::string(packing) == "base3" ? std::byte{81} : std::byte{0x10};
+    EXPECT_TRUE(fails(padded)) << packing;
+    Encoded shortened = e;
+    shortened.trits.pop_back();
+    EXPECT_TRUE(fails(shortened)) << packing;
+    for (float bad : {-1.0f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+      Encoded b = e;
+      std::memcpy(b.scales.data(), &bad, 4);
+      EXPECT_TRUE(fails(b)) << packing;
+    }
+  }
+}
+
+TEST(TernGrad, RoundTripThroughFiles) {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::path(::testing::TempDir()) / "gcz_terngrad_files";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  const std::vector<float> w = gaussian(3000, 67), b = gaussian(30, 71);
+  {
+    auto out = create_tensor_file((d / "in.safetensors").string(),
+                                  {{"w", DType::kFloat32, {30, 100}}, {"b", DType::kFloat32, {30}}}, {});
+    ASSERT_TRUE(out) << out.status().message();
+    for (std::size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE((*out)->begin(i));
+      ASSERT_TRUE((*out)->write(i == 0 ? w.data() : b.data(), i == 0 ? 3000 : 30));
+      ASSERT_TRUE((*out)->end());
+    }
+    ASSERT_TRUE((*out)->finish());
+  }
+  EncodeOptions o;
+  o.spec = "terngrad+zstd";
+  o.rules = {*parse_codec_rule("b=terngrad:scale=group,group=8,packing=2bit")};
+  o.device = DeviceRequest::kCpu;
+  o.seed = 9;
+  o.chunk_elements = 64;
+  auto report = encode_files({(d / "in.safetensors").string()}, (d / "x.gcz").string(), o);
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->tensors.at(0).codec, "terngrad:clip=2.5,packing=base3,rounding=stochastic,scale=tensor+zstd:level=3");
+  DecodeOptions dopt;
+  dopt.device = DeviceRequest::kCpu;
+  ASSERT_TRUE(decode_file((d / "x.gcz").string(), (d / "out.safetensors").string(), dopt));
+  auto r = open_tensor_file((d / "out.safetensors").string(), {});
+  ASSERT_TRUE(r);
+  const std::vector<std::string> specs = {"terngrad", "terngrad:scale=group,group=8,packing=2bit"};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::vector<float>& x = i == 0 ? w : b;
+    std::vector<float> y(x.size());
+    auto src = (*r)->open(i);
+    ASSERT_TRUE(src);
+    ASSERT_TRUE((*src)->read(0, x.size(), y.data()));
+    auto c = make(specs[i], 9, tensor_key(i == 0 ? "w" : "b"));
+    EXPECT_EQ(y, decode(*c, f32(x.size()), encode(*c, f32(x.size()), x.data(), 0, x.size()), 0, x.size())) << i;
+  }
+}
+
+}  // namespace
+}  // namespace gcz
