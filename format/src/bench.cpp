@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <thread>
 
 #include <zstd.h>
 
@@ -93,55 +95,106 @@ Status zstd_stage(int level, Encoded& e, ZSTD_CCtx* cctx) {
   return Status::ok();
 }
 
+// A range of one tensor that one thread encodes and decodes on its own.
+struct Piece {
+  std::size_t tensor;
+  uint64_t first, count;
+  Encoded encoded;
+  ByteBuffer decoded;
+};
+
+// Splits every tensor into `threads` pieces at multiples of the codec's unit (whole-tensor codecs
+// keep one piece per tensor).
+std::vector<Piece> make_pieces(const std::vector<Tensor>& tensors, uint64_t unit, unsigned threads) {
+  std::vector<Piece> pieces;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t n = *tensors[i].info.numel();
+    const unsigned parts = unit == 0 ? 1 : threads;
+    uint64_t first = 0;
+    for (unsigned k = 1; k <= parts; ++k) {
+      const uint64_t end = k == parts ? n : (n * k / parts) / unit * unit;
+      if (end > first || (k == parts && pieces.empty())) pieces.push_back({i, first, end - first, {}, {}});
+      first = std::max(first, end);
+    }
+  }
+  return pieces;
+}
+
+// Runs f(piece, thread) over the pieces on `threads` threads, each taking a contiguous share.
+Status run_threads(std::vector<Piece>& pieces, unsigned threads, const std::function<Status(Piece&, unsigned)>& f) {
+  std::vector<Status> status(threads);
+  auto work = [&](unsigned k) {
+    const std::size_t lo = pieces.size() * k / threads, hi = pieces.size() * (k + 1) / threads;
+    for (std::size_t p = lo; p < hi && status[k]; ++p) status[k] = f(pieces[p], k);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work, k);
+  work(0);
+  for (std::thread& t : pool) t.join();
+  for (const Status& st : status) GCZ_RETURN_IF_ERROR(st);
+  return Status::ok();
+}
+
 Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensors, Backend backend, int repeats,
-                            uint64_t input_bytes) {
+                            uint64_t input_bytes, unsigned threads) {
   GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, parse_encoding_plan(spec));
-  GCZ_ASSIGN_OR_RETURN(auto codec, make_codec(plan.codec.name, plan.codec.params, backend));
-  std::vector<Encoded> encoded(tensors.size());
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  ZSTD_DCtx* dctx = ZSTD_createDCtx();
-  auto encode_all = [&]() -> Status {
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      Encoded& e = encoded[i];
-      e.streams.assign(codec->stream_names(tensors[i].info).size(), {});
-      e.zstd.assign(e.streams.size(), false);
-      GCZ_RETURN_IF_ERROR(codec->encode(tensors[i].info, tensors[i].data.data(), 0, *tensors[i].info.numel(), e.streams));
-      if (plan.zstd_level) GCZ_RETURN_IF_ERROR(zstd_stage(*plan.zstd_level, e, cctx));
-    }
+  std::vector<std::unique_ptr<Codec>> codecs;  // one per thread
+  for (unsigned k = 0; k < threads; ++k) {
+    GCZ_ASSIGN_OR_RETURN(auto c, make_codec(plan.codec.name, plan.codec.params, backend));
+    codecs.push_back(std::move(c));
+  }
+  std::vector<Piece> pieces = make_pieces(tensors, codecs[0]->chunk_unit(), threads);
+  std::vector<ZSTD_CCtx*> cctx(threads);
+  std::vector<ZSTD_DCtx*> dctx(threads);
+  for (unsigned k = 0; k < threads; ++k) {
+    cctx[k] = ZSTD_createCCtx();
+    dctx[k] = ZSTD_createDCtx();
+  }
+  auto encode_piece = [&](Piece& p, unsigned k) -> Status {
+    const Tensor& t = tensors[p.tensor];
+    Codec& c = *codecs[k];
+    c.set_context({0, tensor_key(t.info.name)});
+    Encoded& e = p.encoded;
+    e.streams.assign(c.stream_names(t.info).size(), {});
+    e.zstd.assign(e.streams.size(), false);
+    const std::byte* src = t.data.data() + p.first * dtype_size(t.info.dtype);
+    GCZ_RETURN_IF_ERROR(c.encode(t.info, src, p.first, p.count, e.streams));
+    if (plan.zstd_level) GCZ_RETURN_IF_ERROR(zstd_stage(*plan.zstd_level, e, cctx[k]));
     return Status::ok();
   };
-  std::vector<ByteBuffer> decoded(tensors.size());
-  for (std::size_t i = 0; i < tensors.size(); ++i) decoded[i].resize(tensors[i].data.size());
-  std::vector<ByteBuffer> unzstd;
-  auto decode_all = [&]() -> Status {
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      Encoded& e = encoded[i];
-      std::vector<ByteSpan> spans;
-      unzstd.resize(e.streams.size());
-      for (std::size_t s = 0; s < e.streams.size(); ++s) {
-        if (!e.zstd[s]) {
-          spans.emplace_back(e.streams[s]);
-          continue;
-        }
-        GCZ_ASSIGN_OR_RETURN(uint64_t n, codec->stream_size(tensors[i].info, s, 0, *tensors[i].info.numel()));
-        unzstd[s].resize(n);
-        const std::size_t got = ZSTD_decompressDCtx(dctx, unzstd[s].data(), n, e.streams[s].data(), e.streams[s].size());
-        if (ZSTD_isError(got) || got != n) return internal_error("zstd round trip failed in the benchmark");
-        spans.emplace_back(unzstd[s]);
+  auto decode_piece = [&](Piece& p, unsigned k) -> Status {
+    const Tensor& t = tensors[p.tensor];
+    Codec& c = *codecs[k];
+    c.set_context({0, tensor_key(t.info.name)});
+    Encoded& e = p.encoded;
+    std::vector<ByteBuffer> unzstd(e.streams.size());
+    std::vector<ByteSpan> spans;
+    for (std::size_t s = 0; s < e.streams.size(); ++s) {
+      if (!e.zstd[s]) {
+        spans.emplace_back(e.streams[s]);
+        continue;
       }
-      GCZ_RETURN_IF_ERROR(codec->decode(tensors[i].info, spans, 0, *tensors[i].info.numel(), decoded[i].data()));
+      const std::size_t n = ZSTD_getFrameContentSize(e.streams[s].data(), e.streams[s].size());
+      unzstd[s].resize(n);
+      const std::size_t got = ZSTD_decompressDCtx(dctx[k], unzstd[s].data(), n, e.streams[s].data(), e.streams[s].size());
+      if (ZSTD_isError(got) || got != n) return internal_error("zstd round trip failed in the benchmark");
+      spans.emplace_back(unzstd[s]);
     }
-    return Status::ok();
+    p.decoded.resize(p.count * dtype_size(t.info.dtype));
+    return c.decode(t.info, spans, p.first, p.count, p.decoded.data());
   };
-  BenchRow row{spec};
-  auto enc = best_time(repeats, encode_all);
-  auto dec = enc ? best_time(repeats, decode_all) : Result<double>(enc.status());
-  ZSTD_freeCCtx(cctx);
-  ZSTD_freeDCtx(dctx);
+  BenchRow row{spec, threads};
+  auto enc = best_time(repeats, [&] { return run_threads(pieces, threads, encode_piece); });
+  auto dec = enc ? best_time(repeats, [&] { return run_threads(pieces, threads, decode_piece); })
+                 : Result<double>(enc.status());
+  for (unsigned k = 0; k < threads; ++k) {
+    ZSTD_freeCCtx(cctx[k]);
+    ZSTD_freeDCtx(dctx[k]);
+  }
   if (!dec) return dec.status();
   uint64_t stored = 0;
-  for (const Encoded& e : encoded) {
-    for (const ByteBuffer& b : e.streams) stored += b.size();
+  for (const Piece& p : pieces) {
+    for (const ByteBuffer& b : p.encoded.streams) stored += b.size();
   }
   row.encode_gbps = static_cast<double>(input_bytes) / *enc / 1e9;
   row.decode_gbps = static_cast<double>(input_bytes) / *dec / 1e9;
@@ -175,9 +228,13 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
   result.memcpy_gbps = static_cast<double>(result.input_bytes) / copy / 1e9;
 
   for (const std::string& spec : specs) {
-    auto row = bench_spec(spec, tensors, result.backend, options.repeats, result.input_bytes);
-    if (!row) return row.status().with_context("spec '" + spec + "'");
-    result.rows.push_back(*row);
+    for (unsigned threads : options.threads) {
+      if (threads < 1) return invalid_argument("--threads values must be at least 1");
+      auto row = bench_spec(spec, tensors, result.backend, options.repeats, result.input_bytes,
+                            result.backend == Backend::kCpu ? threads : 1);
+      if (!row) return row.status().with_context("spec '" + spec + "'");
+      result.rows.push_back(*row);
+    }
   }
   return result;
 }

@@ -19,12 +19,14 @@ struct BenchOptions {
   std::vector<std::string> inputs;     // tensor files; empty = synthetic data
   uint64_t synthetic_bytes = 256ull << 20;  // float32 bytes of synthetic data (heavy-tailed, seeded)
   int repeats = 5;                     // best of this many timed runs
+  std::vector<unsigned> threads = {1};  // measure each spec with each of these thread counts
   DeviceRequest device = DeviceRequest::kCpu;
   ReadOptions read;
 };
 
 struct BenchRow {
   std::string spec;
+  unsigned threads = 1;
   double encode_gbps = 0;  // input bytes per second / 1e9
   double decode_gbps = 0;  // decoded bytes (the input's size) per second / 1e9
   double ratio = 0;        // input bytes / stream bytes
@@ -33,13 +35,14 @@ struct BenchRow {
 struct BenchResult {
   uint64_t input_bytes = 0;
   uint64_t tensors = 0;
-  double memcpy_gbps = 0;  // the same number of bytes copied, best of the same repeats
+  double memcpy_gbps = 0;  // the same number of bytes copied by one thread, best of the same repeats
   Backend backend = Backend::kCpu;
   std::vector<BenchRow> rows;
 };
 
 // Encodes and decodes the data in memory with each spec (the codec and its zstd stage; no file I/O)
-// and times it against memcpy of the same bytes.
+// on each thread count (element-wise codecs split every tensor into one piece per thread) and times
+// it against a single-threaded memcpy of the same bytes.
 Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options);
 
 }  // namespace gcz
