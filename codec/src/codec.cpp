@@ -8,6 +8,8 @@
 #include "gcz/detail/cast_codec.h"
 #include "codecs/qsgd.h"
 #include "codecs/terngrad.h"
+#include "codecs/randomk.h"
+#include "codecs/topk.h"
 
 namespace gcz {
 
@@ -89,6 +91,8 @@ const Entry kCodecs[] = {
     {"bf16", [](const Params& p, Backend b) { return make_cast("bf16", p, b); }},
     {"qsgd", make_qsgd_codec},
     {"terngrad", make_terngrad_codec},
+    {"topk", codecs::make_topk},
+    {"randomk", codecs::make_randomk},
     // gcz-codec-registry: one line per codec family above this comment.
 };
 

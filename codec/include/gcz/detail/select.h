@@ -1,0 +1,195 @@
+// gcz/detail/select.h — exact selection of the k elements with the smallest keys, ties broken by the
+// lower index, in O(n) time: the one selection routine Top-K and Random-K share (docs/codecs/topk.md,
+// docs/codecs/randomk.md).
+//
+// A key is an unsigned integer computed per element; Top-K uses magnitude keys (small for large |x|),
+// Random-K uses Philox draws. The selection is a radix select: a histogram of the top 11 key bits over
+// all elements finds the bucket that holds the k-th smallest key; the keys of that bucket are set
+// aside and narrowed digit by digit to the exact threshold key T and the number of ties at T to take.
+// Selected are every element with key < T and the first `ties` (in index order) with key == T. No
+// sort: two passes over the input (three when one bucket holds most of it) plus work on the bucket.
+//
+//   auto key_at = [&](uint64_t i) { return gcz::detail::magnitude_key_f32(bits[i]); };
+//   std::vector<uint64_t> idx = gcz::detail::select_smallest<uint32_t>(n, k, key_at);  // ascending
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "gcz/detail/hd.h"
+
+namespace gcz::detail {
+
+// Magnitude keys: larger |x| gives a smaller key, equal |x| equal keys (so +0 and -0 tie), and every
+// non-finite value (NaN, ±Inf) gets the largest key, ranking it after every finite element. The bits
+// of |x| order like |x| for finite values, so a key is (bits of Inf) - (bits of |x|), moved to the top
+// of the key word so the first radix digit sees the exponent.
+GCZ_HD uint32_t magnitude_key_f32(uint32_t bits) {
+  const uint32_t m = bits & 0x7FFFFFFFu;
+  return m < 0x7F800000u ? (0x7F800000u - m) << 1 : 0xFFFFFFFFu;
+}
+GCZ_HD uint32_t magnitude_key_f16(uint16_t bits) {
+  const uint32_t m = bits & 0x7FFFu;
+  return m < 0x7C00u ? (0x7C00u - m) << 17 : 0xFFFFFFFFu;
+}
+GCZ_HD uint32_t magnitude_key_bf16(uint16_t bits) {
+  const uint32_t m = bits & 0x7FFFu;
+  return m < 0x7F80u ? (0x7F80u - m) << 17 : 0xFFFFFFFFu;
+}
+GCZ_HD uint64_t magnitude_key_f64(uint64_t bits) {
+  const uint64_t m = bits & 0x7FFFFFFFFFFFFFFFull;
+  return m < 0x7FF0000000000000ull ? (0x7FF0000000000000ull - m) << 1 : ~uint64_t{0};
+}
+
+// The k-th smallest key and how many elements equal to it are taken: all elements with key < key,
+// and the first `ties` (in index order) with key == key.
+template <class Key>
+struct Threshold {
+  Key key;
+  uint64_t ties;
+};
+
+namespace select_internal {
+
+inline constexpr int kDigitBits = 11;
+inline constexpr std::size_t kBuckets = std::size_t{1} << kDigitBits;
+
+// The bucket holding the need-th smallest element (need >= 1, counted from the first bucket); on
+// return `need` counts from that bucket's first element.
+inline uint64_t pick_bucket(const std::vector<uint64_t>& hist, uint64_t& need) {
+  uint64_t b = 0;
+  while (hist[b] < need) need -= hist[b++];
+  return b;
+}
+
+// Histogram of the top digit of every key. Two interleaved tables: runs of equal keys (common in
+// gradients) would otherwise make every increment wait for the previous one to the same counter.
+template <class Key, class KeyAt>
+std::vector<uint64_t> top_histogram(uint64_t n, int shift, const KeyAt& key_at) {
+  std::vector<uint64_t> hist(kBuckets, 0), hist2(kBuckets, 0);
+  uint64_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    ++hist[key_at(i) >> shift];
+    ++hist2[key_at(i + 1) >> shift];
+  }
+  if (i < n) ++hist[key_at(i) >> shift];
+  for (std::size_t b = 0; b < kBuckets; ++b) hist[b] += hist2[b];
+  return hist;
+}
+
+// The threshold among `cand`, keys that all equal `prefix` above bit `shift`, of which the need-th
+// smallest is wanted: narrowed one digit per pass, dropping the candidates of other digits.
+template <class Key>
+Threshold<Key> narrow(std::vector<Key> cand, int shift, Key prefix, uint64_t need) {
+  std::vector<uint64_t> hist(kBuckets);
+  while (shift > 0) {
+    const int width = std::min(kDigitBits, shift);
+    shift -= width;
+    const Key mask = static_cast<Key>((Key{1} << width) - 1);
+    std::fill(hist.begin(), hist.end(), 0);
+    for (Key c : cand) ++hist[(c >> shift) & mask];
+    const Key digit = static_cast<Key>(pick_bucket(hist, need));
+    prefix = static_cast<Key>(prefix | (digit << shift));
+    std::size_t kept = 0;
+    for (Key c : cand) {
+      cand[kept] = c;
+      kept += ((c >> shift) & mask) == digit;
+    }
+    cand.resize(kept);
+  }
+  return {prefix, need};
+}
+
+template <class Key>
+constexpr int top_shift() {
+  return 8 * static_cast<int>(sizeof(Key)) - kDigitBits;
+}
+
+}  // namespace select_internal
+
+// The threshold of the k smallest keys among key_at(0 .. n-1); requires 1 <= k <= n. Two passes over
+// the keys, then work on the keys of one top-digit bucket.
+template <class Key, class KeyAt>
+Threshold<Key> find_threshold(uint64_t n, uint64_t k, const KeyAt& key_at) {
+  using namespace select_internal;
+  constexpr int kShift = top_shift<Key>();
+  const std::vector<uint64_t> hist = top_histogram<Key>(n, kShift, key_at);
+  uint64_t need = k;
+  const Key digit = static_cast<Key>(pick_bucket(hist, need));
+  std::vector<Key> cand;
+  cand.reserve(hist[digit]);
+  for (uint64_t i = 0; i < n; ++i) {
+    const Key key = key_at(i);
+    if ((key >> kShift) == digit) cand.push_back(key);
+  }
+  return narrow<Key>(std::move(cand), kShift, static_cast<Key>(digit << kShift), need);
+}
+
+// Calls emit(i) for each selected element in ascending order of i: every key < t.key and the first
+// t.ties keys == t.key.
+template <class Key, class KeyAt, class Emit>
+void for_each_selected(uint64_t n, Threshold<Key> t, const KeyAt& key_at, Emit&& emit) {
+  uint64_t ties = t.ties;
+  for (uint64_t i = 0; i < n; ++i) {
+    const Key key = key_at(i);
+    if (key < t.key) {
+      emit(i);
+    } else if (key == t.key && ties != 0) {
+      --ties;
+      emit(i);
+    }
+  }
+}
+
+// The indices, ascending, of the k smallest keys, ties broken by the lower index; k is clamped to n.
+//
+// Two passes over the keys: a top-digit histogram finds the bucket of the k-th smallest key; the
+// second pass takes every element of a smaller bucket and sets aside (key, index) of the elements in
+// that bucket. The threshold is found among those candidates, the ones it selects (in index order)
+// are merged with the rest. When the bucket is a large part of the tensor (few distinct keys), the
+// candidates' indices are not kept: find_threshold, then a third pass, bound the memory instead.
+template <class Key, class KeyAt>
+std::vector<uint64_t> select_smallest(uint64_t n, uint64_t k, const KeyAt& key_at) {
+  using namespace select_internal;
+  constexpr int kShift = top_shift<Key>();
+  k = std::min(k, n);
+  std::vector<uint64_t> out;
+  if (k == 0) return out;
+  out.reserve(k);
+  if (k == n) {  // everything: no passes
+    for (uint64_t i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  const std::vector<uint64_t> hist = top_histogram<Key>(n, kShift, key_at);
+  uint64_t need = k;
+  const Key digit = static_cast<Key>(pick_bucket(hist, need));
+  if (hist[digit] > n / 8 + 1024) {
+    const Threshold<Key> t = find_threshold<Key>(n, k, key_at);
+    for_each_selected(n, t, key_at, [&](uint64_t i) { out.push_back(i); });
+    return out;
+  }
+  std::vector<Key> cand_key;
+  std::vector<uint64_t> cand_index;
+  cand_key.reserve(hist[digit]);
+  cand_index.reserve(hist[digit]);
+  for (uint64_t i = 0; i < n; ++i) {
+    const Key key = key_at(i);
+    const Key d = static_cast<Key>(key >> kShift);
+    if (d < digit) {
+      out.push_back(i);
+    } else if (d == digit) {
+      cand_key.push_back(key);
+      cand_index.push_back(i);
+    }
+  }
+  const Threshold<Key> t = narrow<Key>(cand_key, kShift, static_cast<Key>(digit << kShift), need);
+  const std::size_t sure = out.size();
+  const Key* ck = cand_key.data();
+  for_each_selected(cand_key.size(), t, [ck](uint64_t j) { return ck[j]; },
+                    [&](uint64_t j) { out.push_back(cand_index[j]); });
+  std::inplace_merge(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(sure), out.end());
+  return out;
+}
+
+}  // namespace gcz::detail

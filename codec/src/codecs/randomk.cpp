@@ -1,0 +1,131 @@
+#include "codecs/randomk.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "gcz/detail/philox.h"
+#include "gcz/detail/select.h"
+
+namespace gcz::codecs {
+
+namespace {
+
+// Writes the keys of elements [first, first + count) to out; first is a multiple of 4.
+void draw_keys(const detail::Rng& rng, uint64_t first, uint64_t count, uint32_t* out) {
+  const uint64_t blocks = count / 4;
+  for (uint64_t b = 0; b < blocks; ++b) {  // vectorizes: the blocks are independent
+    const detail::Philox4x32 r = rng.block(first / 4 + b);
+    for (int w = 0; w < 4; ++w) out[4 * b + w] = r.v[w];
+  }
+  for (uint64_t i = 4 * blocks; i < count; ++i) out[i] = rng.bits(first + i);
+}
+
+// The keys are uniform, so the k smallest almost surely lie below a bound some standard deviations
+// above the k/n quantile. Only the keys below it are kept, with their indices, in one pass; the exact
+// selection then runs on those few. Returns nothing in the (about 1e-15) case that fewer than k keys
+// fall below the bound, or when k/n is too large for the shortcut to pay.
+std::optional<std::vector<uint64_t>> select_below_bound(const detail::Rng& rng, uint64_t n, uint64_t k) {
+  const double kd = static_cast<double>(k);
+  const double fraction = (kd + 8.0 * std::sqrt(kd) + 16.0) / static_cast<double>(n);
+  if (fraction > 0.25) return std::nullopt;
+  const uint32_t bound = static_cast<uint32_t>(fraction * 4294967296.0);
+  std::vector<uint32_t> cand_keys;
+  std::vector<uint64_t> cand_index;
+  cand_keys.reserve(static_cast<std::size_t>(fraction * static_cast<double>(n) * 1.25) + 64);
+  cand_index.reserve(cand_keys.capacity());
+  constexpr uint64_t kSpan = 4096;  // keys drawn per step: a buffer that stays in L1
+  uint32_t keys[kSpan];
+  for (uint64_t first = 0; first < n; first += kSpan) {
+    const uint64_t count = std::min(kSpan, n - first);
+    draw_keys(rng, first, count, keys);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (keys[i] < bound) {
+        cand_keys.push_back(keys[i]);
+        cand_index.push_back(first + i);
+      }
+    }
+  }
+  if (cand_keys.size() < k) return std::nullopt;
+  // Every key <= the k-th smallest is below the bound, so it is a candidate, in index order.
+  const uint32_t* key = cand_keys.data();
+  auto key_at = [key](uint64_t j) { return key[j]; };
+  const auto t = detail::find_threshold<uint32_t>(cand_keys.size(), k, key_at);
+  std::vector<uint64_t> out;
+  out.reserve(k);
+  detail::for_each_selected(cand_keys.size(), t, key_at, [&](uint64_t j) { out.push_back(cand_index[j]); });
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint64_t> select_random_k(const CodecContext& context, uint64_t n, uint64_t k) {
+  k = std::min(k, n);
+  if (k == n) return detail::select_smallest<uint32_t>(n, k, [](uint64_t) { return uint32_t{0}; });
+  const detail::Rng rng(context.seed, context.tensor_key, detail::kStreamRandomK);
+  if (auto fast = select_below_bound(rng, n, k)) return std::move(*fast);
+  // The general path: every key drawn once, then the shared selection.
+  std::vector<uint32_t> keys(n);
+  draw_keys(rng, 0, n, keys.data());
+  const uint32_t* key = keys.data();
+  return detail::select_smallest<uint32_t>(n, k, [key](uint64_t i) { return key[i]; });
+}
+
+float randomk_scale(uint64_t n, uint64_t k, bool unbiased) {
+  if (!unbiased || k == 0) return 1.0f;
+  return static_cast<float>(static_cast<double>(n) / static_cast<double>(k));
+}
+
+Params RandomKCodec::params() const {
+  Params p;
+  count_.add_params(p);
+  p["scale"] = std::string(unbiased_ ? "unbiased" : "none");
+  p["values"] = values_.spec();
+  return p;
+}
+
+Result<uint64_t> RandomKCodec::stream_size(const TensorInfo& t, std::size_t stream, uint64_t, uint64_t) const {
+  if (stream >= values_.stream_count()) return internal_error("randomk: no stream " + std::to_string(stream));
+  GCZ_ASSIGN_OR_RETURN(uint64_t n, t.numel());
+  if (n == 0) return uint64_t{0};  // an empty tensor writes no bytes at all
+  return values_.stream_size({count_.k(n)}, stream);
+}
+
+Status RandomKCodec::encode(const TensorInfo& t, const void* src, uint64_t first, uint64_t count,
+                            std::vector<ByteBuffer>& out) {
+  GCZ_ASSIGN_OR_RETURN(uint64_t n, whole_tensor(t, first, count, name()));
+  if (out.size() != values_.stream_count()) return internal_error("randomk: wrong number of output streams");
+  if (n == 0) return Status::ok();
+  const uint64_t k = count_.k(n);
+  const std::vector<uint64_t> idx = select_random_k(context_, n, k);
+  const std::vector<float> values = gather_values(t.dtype, src, idx, randomk_scale(n, k, unbiased_));
+  return values_.encode({k}, values.data(), out.data(), context_).with_context("randomk");
+}
+
+Status RandomKCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& in, uint64_t first, uint64_t count,
+                            void* dst) {
+  GCZ_ASSIGN_OR_RETURN(uint64_t n, whole_tensor(t, first, count, name()));
+  if (in.size() != values_.stream_count()) return internal_error("randomk: wrong number of input streams");
+  if (n == 0) {
+    for (const ByteSpan& s : in) {
+      if (!s.empty()) return format_error("randomk: an empty tensor must have empty streams");
+    }
+    return Status::ok();
+  }
+  const uint64_t k = count_.k(n);
+  std::vector<float> values(k);
+  GCZ_RETURN_IF_ERROR(values_.decode({k}, in.data(), values.data(), context_).with_context("randomk"));
+  scatter_values(t.dtype, select_random_k(context_, n, k), values.data(), n, dst);
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Codec>> make_randomk(const Params& params, Backend) {
+  GCZ_RETURN_IF_ERROR(check_param_keys(params, "randomk", {"ratio", "k", "scale", "values"}));
+  GCZ_ASSIGN_OR_RETURN(SparseCount count, SparseCount::parse(params, "randomk"));
+  GCZ_ASSIGN_OR_RETURN(std::string scale, get_choice_param(params, "randomk", "scale", {"none", "unbiased"}, "none"));
+  GCZ_ASSIGN_OR_RETURN(detail::ValueCodec values,
+                       detail::ValueCodec::make("randomk", params, "values", "fp32", Backend::kCpu));
+  return std::unique_ptr<Codec>(new RandomKCodec(count, scale == "unbiased", std::move(values)));
+}
+
+}  // namespace gcz::codecs
