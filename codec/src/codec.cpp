@@ -6,6 +6,7 @@
 
 #include "cuda_hooks.h"
 #include "gcz/detail/cast_codec.h"
+#include "codecs/powersgd.h"
 #include "codecs/qsgd.h"
 #include "codecs/terngrad.h"
 #include "codecs/randomk.h"
@@ -93,6 +94,7 @@ const Entry kCodecs[] = {
     {"terngrad", make_terngrad_codec},
     {"topk", codecs::make_topk},
     {"randomk", codecs::make_randomk},
+    {"powersgd", make_powersgd_codec},
     // gcz-codec-registry: one line per codec family above this comment.
 };
 
