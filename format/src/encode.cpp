@@ -19,10 +19,18 @@ namespace {
 Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeOptions& o,
                               const EncodingPlan& default_plan) {
   if (numel < o.min_numel) return parse_encoding_plan("none");
+  EncodingPlan plan = default_plan;
   for (const CodecRule& r : o.rules) {
-    if (fnmatch(r.glob.c_str(), t.name.c_str(), 0) == 0) return parse_encoding_plan(r.spec);
+    if (fnmatch(r.glob.c_str(), t.name.c_str(), 0) == 0) {
+      GCZ_ASSIGN_OR_RETURN(plan, parse_encoding_plan(r.spec));
+      break;
+    }
   }
-  return default_plan;
+  // The codec's own per-tensor choice (e.g. PowerSGD's fallback for 1-D tensors); zstd stays.
+  auto stage = stage_for_tensor(t, plan.codec);
+  if (!stage) return stage.status().with_context("tensor '" + t.name + "'");
+  plan.codec = *stage;
+  return plan;
 }
 
 }  // namespace

@@ -47,4 +47,9 @@ inline constexpr int kDefaultZstdLevel = 3;
 Result<EncodingPlan> plan_from_spec(const CodecSpec& spec);
 Result<EncodingPlan> parse_encoding_plan(std::string_view text);
 
+// The stage that really encodes tensor `t` when `stage` is asked for: a codec may hand tensors it does
+// not suit to its fallback (PowerSGD: 1-D tensors and matrices its factors would not shrink), so that
+// the index names the codec that wrote the bytes. Otherwise `stage` itself.
+Result<StageSpec> stage_for_tensor(const TensorInfo& t, const StageSpec& stage);
+
 }  // namespace gcz
