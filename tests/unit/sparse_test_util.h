@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,30 +54,44 @@ inline Status decode(Codec& c, const TensorInfo& t, const std::vector<ByteBuffer
   return c.decode(t, spans, 0, *t.numel(), dst.data());
 }
 
-// Encodes `x` as one tensor file with `spec` and `seed`, decodes the .gcz, and returns the decoded
-// tensor (empty on failure, with the failure reported).
-inline ByteBuffer file_round_trip(const std::string& dir_name, const TensorInfo& t, const ByteBuffer& x,
-                                  const std::string& spec, uint64_t seed) {
+// Writes `x` as the one tensor of dir/in.safetensors; returns dir.
+inline std::filesystem::path write_input(const std::string& dir_name, const TensorInfo& t, const ByteBuffer& x) {
   namespace fs = std::filesystem;
   const fs::path d = fs::path(::testing::TempDir()) / dir_name;
   fs::remove_all(d);
   fs::create_directories(d);
-  {
-    auto w = create_tensor_file((d / "in.safetensors").string(), {t}, {});
-    EXPECT_TRUE(w) << w.status().message();
-    if (!w) return {};
-    EXPECT_TRUE((*w)->begin(0));
-    EXPECT_TRUE((*w)->write(x.data(), *t.numel()));
-    EXPECT_TRUE((*w)->end());
-    EXPECT_TRUE((*w)->finish());
-  }
+  auto w = create_tensor_file((d / "in.safetensors").string(), {t}, {});
+  EXPECT_TRUE(w) << w.status().message();
+  if (!w) return d;
+  EXPECT_TRUE((*w)->begin(0));
+  EXPECT_TRUE((*w)->write(x.data(), *t.numel()));
+  EXPECT_TRUE((*w)->end());
+  EXPECT_TRUE((*w)->finish());
+  return d;
+}
+
+// Encodes dir/in.safetensors to dir/<out> and returns the .gcz bytes.
+inline std::vector<char> encode_file(const std::filesystem::path& d, const std::string& out, const std::string& spec,
+                                     uint64_t seed, uint64_t chunk_elements = uint64_t{1} << 24,
+                                     unsigned threads = 1) {
   EncodeOptions o;
   o.spec = spec;
   o.seed = seed;
   o.device = DeviceRequest::kCpu;
-  auto r = encode_files({(d / "in.safetensors").string()}, (d / "x.gcz").string(), o);
+  o.chunk_elements = chunk_elements;
+  o.threads = threads;
+  auto r = encode_files({(d / "in.safetensors").string()}, (d / out).string(), o);
   EXPECT_TRUE(r) << r.status().message();
-  if (!r) return {};
+  std::ifstream in(d / out, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Encodes `x` as one tensor file with `spec` and `seed`, decodes the .gcz, and returns the decoded
+// tensor (empty on failure, with the failure reported).
+inline ByteBuffer file_round_trip(const std::string& dir_name, const TensorInfo& t, const ByteBuffer& x,
+                                  const std::string& spec, uint64_t seed) {
+  const std::filesystem::path d = write_input(dir_name, t, x);
+  if (encode_file(d, "x.gcz", spec, seed).empty()) return {};
   DecodeOptions dopt;
   dopt.device = DeviceRequest::kCpu;
   const Status s = decode_file((d / "x.gcz").string(), (d / "out.safetensors").string(), dopt);

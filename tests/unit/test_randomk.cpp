@@ -189,6 +189,15 @@ TEST(RandomK, EdgeShapesDtypesAndNonFinite) {
             std::vector<double>(9, 0.0));
 }
 
+TEST(RandomK, FileBytesDoNotDependOnChunkingOrThreads) {
+  const TensorInfo t{"w", DType::kFloat32, {70, 30}};
+  const auto d = sparse_test::write_input("gcz_randomk_chunks", t, from_doubles(DType::kFloat32, normal_values(2100, 8)));
+  const std::vector<char> whole = sparse_test::encode_file(d, "a.gcz", "randomk:ratio=0.05", 3);
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(sparse_test::encode_file(d, "b.gcz", "randomk:ratio=0.05", 3, 64, 2), whole);
+  EXPECT_NE(sparse_test::encode_file(d, "c.gcz", "randomk:ratio=0.05", 4), whole);  // the seed is used
+}
+
 TEST(RandomK, FileRoundTripUsesTheRecordedSeed) {
   const uint64_t n = 3000;
   const TensorInfo t{"blocks.0.w", DType::kFloat16, {30, 100}};

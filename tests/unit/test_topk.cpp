@@ -365,6 +365,14 @@ TEST(TopK, EncodingIsDeterministic) {
   EXPECT_EQ(round_trip("topk:ratio=0.05", t, x).streams, round_trip("topk:ratio=0.05", t, x).streams);
 }
 
+TEST(TopK, FileBytesDoNotDependOnChunkingOrThreads) {
+  const TensorInfo t{"w", DType::kFloat32, {70, 30}};
+  const auto d = sparse_test::write_input("gcz_topk_chunks", t, from_doubles(DType::kFloat32, normal_values(2100, 31)));
+  const std::vector<char> whole = sparse_test::encode_file(d, "a.gcz", "topk:ratio=0.05", 0);
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(sparse_test::encode_file(d, "b.gcz", "topk:ratio=0.05", 0, 64, 2), whole);
+}
+
 TEST(TopK, FileRoundTrip) {
   const uint64_t n = 2000;
   const std::vector<double> x = normal_values(n, 29);
