@@ -9,8 +9,9 @@
 
 int main(int argc, char** argv) {
   using namespace gcz::cli;
-  CLI::App app{"gcz: compress gradient tensors with QSGD/TernGrad/Top-K/... style codecs into .gcz files and\n"
-               "report the compression ratio and the reconstruction error.",
+  CLI::App app{"gcz: compress gradient tensors with the codecs of distributed training (fp16/bf16, QSGD, TernGrad,\n"
+               "Top-K, Random-K, PowerSGD, hybrids, error feedback) into .gcz files, and report the compression\n"
+               "ratio and the reconstruction error.",
                "gcz"};
   app.footer(
       "Examples:\n"
