@@ -147,7 +147,7 @@ TEST(Qsgd, StochasticRoundingUsesTheDocumentedDraws) {
   const float inv = 127.0f / scale;
   detail::Rng rng(seed, key, detail::kStreamQsgdRounding);
   for (uint64_t i = 0; i < n; ++i) {
-    const float r = std::min(std::fabs(x[i]) * inv, 127.0f);
+    const float r = std::fabs(x[i]) >= scale ? 127.0f : std::min(std::fabs(x[i]) * inv, 127.0f);
     const float l = std::floor(r);
     const uint32_t level = static_cast<uint32_t>(l) + (rng.bernoulli(i, r - l) ? 1 : 0);
     const uint32_t code = level | ((x[i] < 0 && level > 0) ? 0x80u : 0u);
@@ -293,8 +293,8 @@ TEST(Qsgd, EmptyZeroDimAndSingleElement) {
   Encoded one = encode(*c, scalar, &v, 0, 1);
   EXPECT_EQ(one.codes.size(), 1u);
   EXPECT_EQ(one.scales.size(), 4u);
-  // A lone element is its group's max: level s, decoded exactly up to float32 rounding of scale / s * s.
-  EXPECT_NEAR(decode(*c, scalar, one, 0, 1)[0], v, 1e-6);
+  // A lone element is its group's max: level s, which decodes to the scale exactly.
+  EXPECT_EQ(decode(*c, scalar, one, 0, 1)[0], v);
 }
 
 TEST(Qsgd, ZerosConstantsAndOddSizes) {
@@ -303,11 +303,17 @@ TEST(Qsgd, ZerosConstantsAndOddSizes) {
     for (const char* spec : {"qsgd:bits=3,group=5", "qsgd:scale=l2,group=7", "qsgd:bits=2,scale_dtype=fp16"}) {
       const std::vector<float> y = round_trip(spec, zeros);
       for (float v : y) ASSERT_EQ(v, 0.0f) << spec;
-      // A constant group is its own max: level s, exact up to float32 rounding. With the l2 scale each
-      // element is within one step (scale / s) of the constant.
+      // A constant group is its own max: level s, decoded exactly. With the l2 scale each element is
+      // within one step (scale / s) of the constant.
       const bool l2 = std::string(spec).find("l2") != std::string::npos;
       const std::vector<float> k = round_trip(spec, std::vector<float>(n, -0.75f));
-      for (float v : k) ASSERT_NEAR(v, -0.75f, l2 ? 0.75 * std::sqrt(7.0) / 127 : 1e-6) << spec;
+      for (float v : k) {
+        if (l2) {
+          ASSERT_NEAR(v, -0.75f, 0.75 * std::sqrt(7.0) / 127) << spec;
+        } else {
+          ASSERT_EQ(v, -0.75f) << spec;
+        }
+      }
     }
   }
 }

@@ -81,7 +81,7 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
   out[1].resize(scale_old + scale_bytes);
   x_.resize(t.dtype == DType::kFloat32 ? 0 : span_);
   u_.resize(span_);  // also when unused: the quantize loops read it
-  inv_.resize(ceil_div(span_, o_.group));
+  scale_.resize(ceil_div(span_, o_.group));
   codes_.resize(span_);
   const std::size_t esize = dtype_size(t.dtype), ssize = dtype_size(o_.scale_dtype);
   for (uint64_t a = 0; a < count; a += span_) {
@@ -94,7 +94,7 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
     }
     if (o_.stochastic) fill_uniforms(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data());
     qsgd_encode_span(o_.bits, {x, u_.data(), len, o_.group, o_.l2_scale, o_.stochastic, o_.scale_dtype,
-                               out[1].data() + scale_old + a / o_.group * ssize, inv_.data(), codes_.data(),
+                               out[1].data() + scale_old + a / o_.group * ssize, scale_.data(), codes_.data(),
                                reinterpret_cast<uint8_t*>(out[0].data() + code_old + a * o_.bits / 8)});
   }
   return Status::ok();

@@ -75,9 +75,9 @@ GCZ_CPU_INLINE float load_scale(const std::byte* in, DType dtype) {
 }
 
 template <int B, bool kStochastic>
-GCZ_CPU_INLINE void quantize_run(const float* x, const float* u, uint8_t* c, uint64_t n, float inv) {
-  const float s = static_cast<float>(levels(B));
-  for (uint64_t i = 0; i < n; ++i) c[i] = static_cast<uint8_t>(quantize<B, kStochastic>(x[i], inv, s, u[i]));
+GCZ_CPU_INLINE void quantize_run(const float* x, const float* u, uint8_t* c, uint64_t n, float scale) {
+  const float s = static_cast<float>(levels(B)), inv = inverse_step(scale, levels(B));
+  for (uint64_t i = 0; i < n; ++i) c[i] = static_cast<uint8_t>(quantize<B, kStochastic>(x[i], inv, s, scale, u[i]));
 }
 
 // Packs n codes into ceil(n * B / 8) bytes; the last byte's unused high bits are zero. Widths 4 and 2
@@ -135,22 +135,21 @@ GCZ_CPU_INLINE bool unpack(const uint8_t* in, uint64_t n, uint8_t* c) {
 
 template <int B>
 GCZ_CPU_INLINE void encode_span(const QsgdEncodeSpan& j) {
-  const int s = levels(B);
   const uint64_t groups = ceil_div(j.len, j.group);
   const std::size_t ssize = dtype_size(j.scale_dtype);
   for (uint64_t g = 0; g < groups; ++g) {
     const float* xg = j.x + g * j.group;
     const uint64_t n = std::min(j.group, j.len - g * j.group);
     const float raw = floor_scale(j.l2_scale ? group_l2(xg, n) : group_max(xg, n));
-    j.inv[g] = inverse_step(store_scale(raw, j.scale_dtype, j.scales + g * ssize), s);
+    j.scale[g] = store_scale(raw, j.scale_dtype, j.scales + g * ssize);
   }
   uint8_t* c = B == 8 ? j.codes : j.scratch;  // 8-bit codes are their own packing
   for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.group) {
     const uint64_t n = std::min(j.group, j.len - a);
     if (j.stochastic) {
-      quantize_run<B, true>(j.x + a, j.u + a, c + a, n, j.inv[g]);
+      quantize_run<B, true>(j.x + a, j.u + a, c + a, n, j.scale[g]);
     } else {
-      quantize_run<B, false>(j.x + a, j.u + a, c + a, n, j.inv[g]);
+      quantize_run<B, false>(j.x + a, j.u + a, c + a, n, j.scale[g]);
     }
   }
   if (B != 8) pack<B>(c, j.len, j.codes);

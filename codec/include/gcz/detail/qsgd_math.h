@@ -6,7 +6,7 @@
 //   using namespace gcz::detail::qsgd;
 //   const int s = levels(8);                                   // 127
 //   const float inv = inverse_step(scale, s);                  // s / scale, or 0 for a zero scale
-//   uint32_t c = quantize<8, true>(x, inv, s, rng.uniform(i)); // sign-magnitude code
+//   uint32_t c = quantize<8, true>(x, inv, s, scale, rng.uniform(i)); // sign-magnitude code
 //   float y = dequantize<8>(c, step(scale, s), scale);
 #pragma once
 
@@ -60,14 +60,17 @@ GCZ_HD float inverse_step(float scale, int s) { return scale > 0.0f ? static_cas
 // The value of one level: scale / s in float32.
 GCZ_HD float step(float scale, int s) { return scale / static_cast<float>(s); }
 
-// The B-bit code of x: level in the low B-1 bits, sign in bit B-1. r = min(|x| * inv, s) (0 for a
-// non-finite x); l = floor(r); level = l + (u < r - l) when stochastic, l + (r - l >= 0.5) when not.
-// The sign bit is set only for x < 0 with level > 0, so zeros have one code.
+// The B-bit code of x under stored scale S (float32): level in the low B-1 bits, sign in bit B-1.
+// r = min(|x| * inv, s), or r = s when |x| >= S > 0 (an element at the scale, the group's max, gets
+// level s exactly), r = 0 for a non-finite x; l = floor(r); level = l + (u < r - l) when stochastic,
+// l + (r - l >= 0.5) when not. The sign bit is set only for x < 0 with level > 0, so zeros have one
+// code.
 template <int B, bool kStochastic>
-GCZ_HD uint32_t quantize(float x, float inv, float s, float u) {
+GCZ_HD uint32_t quantize(float x, float inv, float s, float scale, float u) {
   const float a = finite_abs(x);
   float r = a * inv;
   r = r < s ? r : s;
+  r = (a >= scale && scale > 0.0f) ? s : r;
   const uint32_t l = static_cast<uint32_t>(static_cast<int32_t>(r));
   const float frac = r - static_cast<float>(static_cast<int32_t>(l));
   const uint32_t up = kStochastic ? (u < frac ? 1u : 0u) : (frac >= 0.5f ? 1u : 0u);
@@ -76,14 +79,13 @@ GCZ_HD uint32_t quantize(float x, float inv, float s, float u) {
   return level | (neg << (B - 1));
 }
 
-// x̂ = ±min(level * step, scale) in float32 (the min keeps level s from rounding past the scale, which
-// near the largest float would be Inf); the sign bit flips the sign (a level-0 code with the sign bit,
-// which the encoder never writes, decodes to -0).
+// x̂ = ±(level * step) in float32, and ±scale exactly for level s; the sign bit flips the sign (a
+// level-0 code with the sign bit, which the encoder never writes, decodes to -0).
 template <int B>
 GCZ_HD float dequantize(uint32_t code, float step_value, float scale) {
   constexpr uint32_t kMask = (1u << (B - 1)) - 1u;
-  float mag = static_cast<float>(static_cast<int32_t>(code & kMask)) * step_value;
-  mag = mag < scale ? mag : scale;
+  const uint32_t level = code & kMask;
+  const float mag = level == kMask ? scale : static_cast<float>(static_cast<int32_t>(level)) * step_value;
   return bit_cast<float>(bit_cast<uint32_t>(mag) ^ (((code >> (B - 1)) & 1u) << 31));
 }
 
