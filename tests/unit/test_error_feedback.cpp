@@ -85,6 +85,42 @@ TEST(ErrorFeedback, DecodedSumTracksTrueSumAndResidualStaysBounded) {
   EXPECT_NEAR(std::sqrt(sum_err), std::sqrt(sq), 1e-4 * std::sqrt(sq));
 }
 
+TEST(ErrorFeedback, SparsifiedSumsConvergeWithFeedbackOnly) {
+  const fs::path d = temp_dir("topk");
+  std::vector<fs::path> steps;
+  for (int s = 0; s < 12; ++s) steps.push_back(write_step(d, s));
+  ErrorFeedback with, without;
+  with.set_track_sums(true);
+  without.set_track_sums(true);
+  without.set_feedback(false);
+  // Top-10% drops 90% of every step without feedback; with it, dropped mass is sent later.
+  const double rel_with = cumulative_rel(with, steps, "topk:ratio=0.1");
+  const double rel_without = cumulative_rel(without, steps, "topk:ratio=0.1");
+  EXPECT_GT(rel_without, 0.5);
+  EXPECT_LT(rel_with, 0.6 * rel_without) << rel_with << " vs " << rel_without;
+}
+
+TEST(ErrorFeedback, PowerSgdQIsCarriedAndSaved) {
+  const fs::path d = temp_dir("powersgd");
+  ErrorFeedback ef;
+  EncodeOptions o;
+  o.spec = "powersgd:rank=2";
+  o.error_feedback = &ef;
+  ASSERT_TRUE(encode_files({write_step(d, 0, 64).string()}, "", o));
+  const ErrorFeedback::Entry* w = ef.find("w");
+  ASSERT_NE(w, nullptr);
+  ASSERT_TRUE(w->state.has_value());
+  EXPECT_EQ(w->state->shape, (Shape{16, 2}));
+  EXPECT_FALSE(ef.find("b")->state.has_value());  // 1-D: the fallback codec carries no state
+  ASSERT_TRUE(ef.save((d / "ef.gcz").string()));
+  auto reader = GczReader::open((d / "ef.gcz").string());
+  ASSERT_TRUE(reader) << reader.status().message();
+  EXPECT_NE((*reader)->find("state/w"), nullptr);
+  auto back = ErrorFeedback::load((d / "ef.gcz").string());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->find("w")->state->values, w->state->values);
+}
+
 TEST(ErrorFeedback, StateFileRoundTripsAndIsAnOrdinaryGcz) {
   const fs::path d = temp_dir("state");
   const fs::path state = d / "ef.gcz";
