@@ -297,6 +297,17 @@ TEST(Qsgd, EmptyZeroDimAndSingleElement) {
   EXPECT_EQ(decode(*c, scalar, one, 0, 1)[0], v);
 }
 
+// The largest group on a small tensor: one scale, chunk unit 2^24, scratch sized by the data.
+TEST(Qsgd, LargestGroupOnASmallTensor) {
+  const std::vector<float> x = gaussian(1000, 83);
+  auto c = make("qsgd:group=16777216,rounding=nearest");
+  EXPECT_EQ(c->chunk_unit(), uint64_t{1} << 24);
+  Encoded e = encode(*c, f32(1000), x.data(), 0, 1000);
+  EXPECT_EQ(e.scales.size(), 4u);
+  const std::vector<float> y = decode(*c, f32(1000), e, 0, 1000);
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_LE(std::fabs(y[i] - x[i]), max_abs(x.data(), 1000) / 254 * 1.0001);
+}
+
 TEST(Qsgd, ZerosConstantsAndOddSizes) {
   for (uint64_t n : {1u, 5u, 13u, 129u, 1001u}) {
     const std::vector<float> zeros(n, 0.0f);

@@ -280,6 +280,17 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   }
 }
 
+// The largest group on a small tensor: one scale, scratch sized by the data.
+TEST(TernGrad, LargestGroupOnASmallTensor) {
+  const std::vector<float> x = gaussian(1000, 89);
+  auto g = make("terngrad:scale=group,group=16777216,clip=0,rounding=deterministic");
+  auto t = make("terngrad:clip=0,rounding=deterministic");
+  const Encoded eg = encode(*g, f32(1000), x.data(), 0, 1000), et = encode(*t, f32(1000), x.data(), 0, 1000);
+  EXPECT_EQ(eg.trits, et.trits);
+  EXPECT_EQ(eg.scales, et.scales);
+  EXPECT_EQ(decode(*g, f32(1000), eg, 0, 1000), decode(*t, f32(1000), et, 0, 1000));
+}
+
 TEST(TernGrad, EmptyZeroDimSingleZerosAndConstants) {
   for (const char* spec : {"terngrad", "terngrad:scale=group,group=6,packing=2bit"}) {
     auto c = make(spec);

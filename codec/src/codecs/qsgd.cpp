@@ -79,10 +79,12 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
   const std::size_t code_old = out[0].size(), scale_old = out[1].size();
   out[0].resize(code_old + code_bytes);
   out[1].resize(scale_old + scale_bytes);
-  x_.resize(t.dtype == DType::kFloat32 ? 0 : span_);
-  u_.resize(span_);  // also when unused: the quantize loops read it
-  scale_.resize(ceil_div(span_, o_.group));
-  codes_.resize(span_);
+  // Scratch for the largest span of this chunk (a big group on a small tensor needs little).
+  const uint64_t most = std::min(span_, count);
+  x_.resize(t.dtype == DType::kFloat32 ? 0 : most);
+  u_.resize(most);  // also when unused: the quantize loops read it
+  scale_.resize(ceil_div(most, o_.group));
+  codes_.resize(most);
   const std::size_t esize = dtype_size(t.dtype), ssize = dtype_size(o_.scale_dtype);
   for (uint64_t a = 0; a < count; a += span_) {
     const uint64_t len = std::min(span_, count - a);
@@ -108,10 +110,11 @@ Status QsgdCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& in, u
     return format_error("codec 'qsgd': tensor '" + t.name + "': streams have the wrong size for its shape");
   }
   if (first % unit_ != 0) return internal_error("codec 'qsgd': chunk does not start at a chunk unit");
-  y_.resize(t.dtype == DType::kFloat32 ? 0 : span_);
-  step_.resize(ceil_div(span_, o_.group));
+  const uint64_t most = std::min(span_, count);
+  y_.resize(t.dtype == DType::kFloat32 ? 0 : most);
+  step_.resize(ceil_div(most, o_.group));
   scale_.resize(step_.size());
-  codes_.resize(span_ + 8);
+  codes_.resize(most + 8);
   const std::size_t esize = dtype_size(t.dtype), ssize = dtype_size(o_.scale_dtype);
   for (uint64_t a = 0; a < count; a += span_) {
     const uint64_t len = std::min(span_, count - a);

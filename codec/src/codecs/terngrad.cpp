@@ -111,10 +111,12 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
   const std::size_t trit_old = out[0].size(), scale_old = out[1].size();
   out[0].resize(trit_old + trit_bytes);
   out[1].resize(scale_old + scale_bytes);
-  x_.resize(t.dtype == DType::kFloat32 ? 0 : std::max(span_, kMomentSpan));
-  u_.resize(span_);  // also when unused: the trit loops read it
-  trits_.resize(span_ + 5);
-  s_.resize(ceil_div(span_, piece_));
+  // Scratch for the largest span of this chunk (a big group on a small tensor needs little).
+  const uint64_t most = std::min(span_, count);
+  x_.resize(t.dtype == DType::kFloat32 ? 0 : std::max(most, std::min(kMomentSpan, count)));
+  u_.resize(most);  // also when unused: the trit loops read it
+  trits_.resize(most + 5);
+  s_.resize(std::max<uint64_t>(1, ceil_div(most, piece_)));
   if (!o_.group_scale && count > 0) {
     s_[0] = tensor_scale(t, src, count);
     std::memcpy(out[1].data() + scale_old, &s_[0], 4);
@@ -141,9 +143,10 @@ Status TernGradCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& i
   if (unit_ == 0 ? first != 0 : first % unit_ != 0) {
     return internal_error("codec 'terngrad': chunk does not start at a chunk unit");
   }
-  y_.resize(t.dtype == DType::kFloat32 ? 0 : span_);
-  trits_.resize(span_ + 5);
-  s_.resize(ceil_div(span_, piece_));
+  const uint64_t most = std::min(span_, count);
+  y_.resize(t.dtype == DType::kFloat32 ? 0 : most);
+  trits_.resize(most + 5);
+  s_.resize(ceil_div(most, piece_));
   const std::size_t esize = dtype_size(t.dtype);
   const uint64_t per_byte = o_.base3 ? 5 : 4;
   for (uint64_t a = 0; a < count; a += span_) {
