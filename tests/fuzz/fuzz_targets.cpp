@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gcz/container.h"
+#include "gcz/pipeline.h"
 #include "gcz/tensor_io.h"
 
 namespace gcz::fuzz {
@@ -29,6 +30,11 @@ int gcz_file(const uint8_t* data, std::size_t size) {
   const std::string path = scratch(data, size, ".gcz");
   auto r = GczReader::open(path);
   if (r && (*r)->verify(nullptr)) {
+    // Every codec's decoder on every tensor: hostile stream contents must be rejected, not trusted.
+    for (std::size_t t = 0; t < (*r)->index().tensors.size(); ++t) {
+      auto bytes = (*r)->index().tensors[t].info.byte_size();
+      if (bytes && *bytes <= (uint64_t{64} << 20)) (void)decode_tensor(**r, t);
+    }
     std::vector<std::byte> buf;
     for (std::size_t t = 0; t < (*r)->index().tensors.size(); ++t) {
       const auto& rec = (*r)->index().tensors[t];

@@ -24,7 +24,19 @@ SPECS = {
     "fp16_zstd": "fp16+zstd",
     "bf16_zstd19": "bf16+zstd:level=19",
     "none_zstd": "none+zstd:level=1",
+    "qsgd": "qsgd",
+    "qsgd4_l2_nearest": "qsgd:bits=4,group=16,scale=l2,rounding=nearest,scale_dtype=bf16",
+    "terngrad": "terngrad+zstd",
+    "terngrad_group_2bit": "terngrad:scale=group,group=10,packing=2bit,rounding=deterministic",
+    "topk": "topk:ratio=0.1",
+    "topk_qsgd_values": "topk:k=20,values=(qsgd:bits=8)+zstd",
+    "randomk": "randomk:ratio=0.2,scale=unbiased,values=(fp16)",
+    "powersgd": "powersgd:rank=2,iters=2,factors=(bf16)",
 }
+# Encoders whose bytes may legitimately differ on another machine (PowerSGD's GEMMs depend on the
+# BLAS kernel): their golden files are still decoded and compared, but not re-encoded.
+ENCODE_EXACT = {name: not spec.startswith("powersgd") for name, spec in SPECS.items()}
+SEED = 20261129
 
 
 def to_bf16_bits(a):
@@ -73,9 +85,11 @@ def main():
     write_safetensors(src, tensors())
     for name, spec in SPECS.items():
         out = HERE / f"{name}.gcz"
-        subprocess.run([gcz, "encode", str(src), "-o", str(out), "-c", spec, "-q", "--meta", "golden=1"], check=True)
+        subprocess.run([gcz, "encode", str(src), "-o", str(out), "-c", spec, "-q", "--meta", "golden=1",
+                        "--seed", str(SEED)], check=True, stderr=subprocess.DEVNULL)
         subprocess.run([gcz, "decode", str(out), "-o", str(HERE / f"{name}.expected.safetensors")], check=True)
-    (HERE / "specs.json").write_text(json.dumps(SPECS, indent=2) + "\n")
+    specs = {name: {"spec": spec, "seed": SEED, "encode_exact": ENCODE_EXACT[name]} for name, spec in SPECS.items()}
+    (HERE / "specs.json").write_text(json.dumps(specs, indent=2) + "\n")
     print(f"wrote {len(SPECS)} golden files to {HERE}")
 
 

@@ -41,23 +41,31 @@ TEST(FuzzReplay, GczTargetSurvivesCorpusAndMutations) {
     ++gcz_files;
   }
   ASSERT_GT(gcz_files, 0u);
-  // Mutations of one golden file: random byte overwrites, insertions and truncations.
-  const auto base = read_file(src / "tests" / "golden" / "fp16_zstd.gcz");
-  ASSERT_FALSE(base.empty());
+  // Mutations of golden files of several codecs: random byte overwrites, insertions, truncations.
   std::mt19937 rng(7);
-  for (int k = 0; k < 600; ++k) {
-    std::vector<uint8_t> m = base;
-    const int edits = 1 + static_cast<int>(rng() % 4);
-    for (int e = 0; e < edits; ++e) {
-      const std::size_t pos = rng() % m.size();
-      switch (rng() % 3) {
-        case 0: m[pos] = static_cast<uint8_t>(rng()); break;
-        case 1: m.insert(m.begin() + static_cast<std::ptrdiff_t>(pos), static_cast<uint8_t>(rng())); break;
-        default: m.resize(pos); break;
+  for (const char* name : {"fp16_zstd", "qsgd", "terngrad", "topk_qsgd_values", "randomk", "powersgd"}) {
+    const auto base = read_file(src / "tests" / "golden" / (std::string(name) + ".gcz"));
+    ASSERT_FALSE(base.empty()) << name;
+    for (int k = 0; k < 150; ++k) {
+      std::vector<uint8_t> m = base;
+      const int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits; ++e) {
+        const std::size_t pos = rng() % m.size();
+        switch (rng() % 3) {
+          case 0:
+            m[pos] = static_cast<uint8_t>(rng());
+            break;
+          case 1:
+            m.insert(m.begin() + static_cast<std::ptrdiff_t>(pos), static_cast<uint8_t>(rng()));
+            break;
+          default:
+            m.resize(pos);
+            break;
+        }
+        if (m.empty()) break;
       }
-      if (m.empty()) break;
+      EXPECT_EQ(fuzz::gcz_file(m.data(), m.size()), 0);
     }
-    EXPECT_EQ(fuzz::gcz_file(m.data(), m.size()), 0);
   }
 }
 
@@ -76,8 +84,10 @@ TEST(FuzzReplay, TensorTargetSurvivesCorpusAndMutations) {
     for (int k = 0; k < 40 && bytes.size() > 1; ++k) {
       std::vector<uint8_t> m = bytes;
       const std::size_t pos = 1 + rng() % (m.size() - 1);
-      if (k % 2) m[pos] = static_cast<uint8_t>(rng());
-      else m.resize(pos);
+      if (k % 2)
+        m[pos] = static_cast<uint8_t>(rng());
+      else
+        m.resize(pos);
       EXPECT_EQ(fuzz::tensor_file(m.data(), m.size()), 0) << p << " mutation " << k;
     }
   }
