@@ -48,12 +48,12 @@ RunFn add_bench_command(CLI::App& app) {
                 static_cast<unsigned long long>(r->tensors), a->inputs.empty() ? " (synthetic float32)" : "",
                 std::string(backend_name(r->backend)).c_str(), a->repeats);
     std::printf("memcpy (1 thread): %.2f GB/s\n\n", r->memcpy_gbps);
-    std::printf("%-28s %7s %7s %12s %9s %8s %12s %9s %8s\n", "codec", "threads", "ratio", "encode GB/s", "x memcpy",
+    std::printf("%-34s %7s %7s %12s %9s %8s %12s %9s %8s\n", "codec", "threads", "ratio", "encode GB/s", "x memcpy",
                 "scaling", "decode GB/s", "x memcpy", "scaling");
     const BenchRow* base = nullptr;
     for (const BenchRow& row : r->rows) {
       if (!base || base->spec != row.spec) base = &row;  // the first thread count of each spec
-      std::printf("%-28s %7u %7.2f %12.2f %9.2f %8.2f %12.2f %9.2f %8.2f\n", row.spec.c_str(), row.threads, row.ratio,
+      std::printf("%-34s %7u %7.2f %12.2f %9.2f %8.2f %12.2f %9.2f %8.2f\n", row.spec.c_str(), row.threads, row.ratio,
                   row.encode_gbps, row.encode_gbps / r->memcpy_gbps, row.encode_gbps / base->encode_gbps,
                   row.decode_gbps, row.decode_gbps / r->memcpy_gbps, row.decode_gbps / base->decode_gbps);
     }
