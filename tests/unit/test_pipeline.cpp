@@ -174,7 +174,7 @@ TEST(Pipeline, BytesDoNotDependOnTheThreadCount) {
   EncodeOptions o;
   o.device = DeviceRequest::kCpu;
   o.chunk_elements = 1 << 17;  // several chunks, each split over the threads
-  for (const char* spec : {"fp16", "bf16+zstd"}) {
+  for (const char* spec : {"fp16", "bf16+zstd", "qsgd:bits=4,group=100", "terngrad:scale=group,group=50+zstd"}) {
     o.spec = spec;
     std::vector<std::vector<char>> files;
     for (unsigned threads : {1u, 2u, 3u}) {
