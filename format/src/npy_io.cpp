@@ -25,26 +25,6 @@ class NpyReader final : public ReaderBase {
   NpyHeader header_;
 };
 
-class NpyWriter final : public SequentialWriter {
- public:
-  NpyWriter(const std::string& path, const std::vector<TensorInfo>& tensors, bool widen,
-            std::unique_ptr<AtomicFile> file)
-      : SequentialWriter(path, tensors, widen), file_(std::move(file)) {}
-
- protected:
-  Status start_tensor(std::size_t, const TensorInfo& stored) override {
-    item_size_ = dtype_size(stored.dtype);
-    const std::string header = make_npy_header(stored.dtype, stored.shape);
-    return file_->write(header.data(), header.size());
-  }
-  Status write_elements(const void* src, uint64_t count) override { return file_->write(src, count * item_size_); }
-  Status end_tensor() override { return Status::ok(); }
-  Status finish_file() override { return file_->commit(); }
-
- private:
-  std::unique_ptr<AtomicFile> file_;
-  std::size_t item_size_ = 4;
-};
 
 }  // namespace
 
@@ -81,7 +61,8 @@ WriterResult create_npy_writer(const std::string& path, const std::vector<Tensor
   GCZ_RETURN_IF_ERROR(check_single_tensor(path, tensors, ".npy"));
   GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, ".npy"));
   GCZ_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path));
-  return std::unique_ptr<TensorFileWriter>(new NpyWriter(path, tensors, options.widen_bf16, std::move(file)));
+  return std::unique_ptr<TensorFileWriter>(new ContiguousWriter(path, tensors, options.widen_bf16, std::move(file),
+                           [](const TensorInfo& t) { return make_npy_header(t.dtype, t.shape); }));
 }
 
 }  // namespace gcz::detail

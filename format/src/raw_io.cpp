@@ -26,24 +26,6 @@ class RawReader final : public ReaderBase {
   uint64_t numel_;
 };
 
-class RawWriter final : public SequentialWriter {
- public:
-  RawWriter(const std::string& path, const std::vector<TensorInfo>& tensors, std::unique_ptr<AtomicFile> file)
-      : SequentialWriter(path, tensors, /*widen_bf16=*/false), file_(std::move(file)) {}
-
- protected:
-  Status start_tensor(std::size_t, const TensorInfo& stored) override {
-    item_size_ = dtype_size(stored.dtype);
-    return Status::ok();
-  }
-  Status write_elements(const void* src, uint64_t count) override { return file_->write(src, count * item_size_); }
-  Status end_tensor() override { return Status::ok(); }
-  Status finish_file() override { return file_->commit(); }
-
- private:
-  std::unique_ptr<AtomicFile> file_;
-  std::size_t item_size_ = 4;
-};
 
 }  // namespace
 
@@ -67,7 +49,7 @@ Result<std::unique_ptr<TensorFileReader>> open_raw_reader(const std::string& pat
 WriterResult create_raw_writer(const std::string& path, const std::vector<TensorInfo>& tensors, const WriteOptions&) {
   GCZ_RETURN_IF_ERROR(check_single_tensor(path, tensors, "raw binary"));
   GCZ_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path));
-  return std::unique_ptr<TensorFileWriter>(new RawWriter(path, tensors, std::move(file)));
+  return std::unique_ptr<TensorFileWriter>(new ContiguousWriter(path, tensors, /*widen_bf16=*/false, std::move(file)));
 }
 
 }  // namespace gcz::detail

@@ -172,24 +172,6 @@ class SafetensorsReader final : public ReaderBase {
   std::vector<uint64_t> numels_;
 };
 
-class SafetensorsWriter final : public SequentialWriter {
- public:
-  SafetensorsWriter(const std::string& path, const std::vector<TensorInfo>& tensors, std::unique_ptr<AtomicFile> file)
-      : SequentialWriter(path, tensors, /*widen_bf16=*/false), file_(std::move(file)) {}
-
- protected:
-  Status start_tensor(std::size_t, const TensorInfo& stored) override {
-    item_size_ = dtype_size(stored.dtype);
-    return Status::ok();
-  }
-  Status write_elements(const void* src, uint64_t count) override { return file_->write(src, count * item_size_); }
-  Status end_tensor() override { return Status::ok(); }
-  Status finish_file() override { return file_->commit(); }
-
- private:
-  std::unique_ptr<AtomicFile> file_;
-  std::size_t item_size_ = 4;
-};
 
 // The header for `tensors` laid out back to back in order, padded with spaces to a multiple of 8 bytes
 // so the data section starts aligned.
@@ -253,7 +235,7 @@ WriterResult create_safetensors_writer(const std::string& path, const std::vecto
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((uint64_t{header.size()} >> (8 * i)) & 0xFF);
   GCZ_RETURN_IF_ERROR(file->write(len, sizeof len));
   GCZ_RETURN_IF_ERROR(file->write(header.data(), header.size()));
-  return std::unique_ptr<TensorFileWriter>(new SafetensorsWriter(path, tensors, std::move(file)));
+  return std::unique_ptr<TensorFileWriter>(new ContiguousWriter(path, tensors, /*widen_bf16=*/false, std::move(file)));
 }
 
 }  // namespace gcz::detail

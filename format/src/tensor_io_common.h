@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,6 +159,32 @@ class TempPath {
   std::string target_;
   std::string tmp_;
   bool committed_ = false;
+};
+
+// Writes every tensor's elements back to back into one file (raw, .safetensors after its header,
+// .npy after its per-tensor header). `prefix` gives the bytes to write before each tensor, if any.
+class ContiguousWriter final : public SequentialWriter {
+ public:
+  using Prefix = std::function<std::string(const TensorInfo& stored)>;
+  ContiguousWriter(const std::string& path, const std::vector<TensorInfo>& tensors, bool widen_bf16,
+                   std::unique_ptr<AtomicFile> file, Prefix prefix = {})
+      : SequentialWriter(path, tensors, widen_bf16), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+ protected:
+  Status start_tensor(std::size_t, const TensorInfo& stored) override {
+    item_size_ = dtype_size(stored.dtype);
+    if (!prefix_) return Status::ok();
+    const std::string bytes = prefix_(stored);
+    return file_->write(bytes.data(), bytes.size());
+  }
+  Status write_elements(const void* src, uint64_t count) override { return file_->write(src, count * item_size_); }
+  Status end_tensor() override { return Status::ok(); }
+  Status finish_file() override { return file_->commit(); }
+
+ private:
+  std::unique_ptr<AtomicFile> file_;
+  Prefix prefix_;
+  std::size_t item_size_ = 4;
 };
 
 }  // namespace gcz::detail
