@@ -1,8 +1,20 @@
 #!/usr/bin/env python3
 """gczread: an independent, pure-numpy reader of `.gcz` files (format version 1).
 
-Written from docs/FORMAT.md and docs/CODECS.md alone (not from the C++ sources), as a check that the
-specification is enough to read the format.
+Written from docs/FORMAT.md, docs/CODECS.md and docs/codecs/*.md alone (not from the C++ sources),
+as a check that the specification is enough to read the format. It decodes every codec gcz writes:
+
+- the cast codecs ``none``, ``fp32``, ``fp16``, ``bf16`` (CODECS.md, "Cast codecs");
+- ``qsgd`` (docs/codecs/qsgd.md) and ``terngrad`` (docs/codecs/terngrad.md);
+- ``topk`` (docs/codecs/topk.md), with every rule on a hostile ``indices`` stream checked;
+- ``randomk`` (docs/codecs/randomk.md): the kept indices are drawn again from the tensor's seed and
+  name with Philox4x32-10 (CODECS.md, "Randomness"), vectorized in numpy;
+- ``powersgd`` (docs/codecs/powersgd.md): x = P·Qᵀ summed exactly in float64 in the order of the
+  doc, rounded once to the dtype;
+- value codecs nested in them (``values=(qsgd:bits=8)``, ``factors=(bf16)``, and deeper), and
+  error-feedback state files (ordinary .gcz files, CODECS.md "Error feedback").
+
+All of these come out bit for bit as ``gcz decode`` writes them (tests/python/test_reader.py).
 
 Dependencies
 ------------
@@ -28,7 +40,10 @@ top 16 bits of the float32 with the same value), or, with ``read(name, widen=Tru
 dtype's width (uint16/uint32/uint64).
 
 Every rejection raises :class:`GczFormatError`; ``err.rule`` is the FORMAT.md §6 rule name (for
-instance ``"index-checksum"``) and the message starts with it.
+instance ``"index-checksum"``) and the message starts with it. A stream whose *content* breaks its
+codec's decoding rules (docs/codecs/*.md: a Top-K index list that is not strictly ascending, a NaN
+QSGD scale, a base-3 byte above 242, ...) has no §6 rule: it raises with rule ``"bad-stream-data"``
+and a message naming the codec, the stream and the doc section (and, for Top-K, the rule number).
 
 Decoding follows CODECS.md bit-exactly: widening is exact, narrowing rounds to nearest-even in one
 step, overflow gives +-Inf, and a NaN keeps its sign, has its payload truncated (or, widening,
@@ -40,16 +55,20 @@ Command line: ``python3 gczread.py FILE.gcz [--verify]`` prints the tensors of t
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["GczFile", "GczFormatError", "TensorInfo", "StreamInfo", "RULES", "convert_bits", "open_gcz"]
+__all__ = ["GczFile", "GczFormatError", "TensorInfo", "StreamInfo", "CodecSpec", "RULES",
+           "DECODE_RULES", "convert_bits", "open_gcz", "parse_spec", "make_spec", "layout",
+           "philox4x32_10", "rng_bits", "rng_uniform", "tensor_key", "randomk_indices",
+           "topk_indices", "sparse_k"]
 
 MAGIC = b"\x89GCZ\r\n\x1a\n"
 END_MAGIC = b"\x89GCZEND\n"
@@ -71,13 +90,17 @@ RULES = (
     "bad-dtype", "bad-shape", "unknown-codec", "bad-streams", "bad-encoding", "stream-out-of-range",
     "stream-size", "stream-checksum", "zstd-frame", "nonzero-padding",
 )
+# Not a FORMAT.md §6 rule: a stream whose *content* breaks its codec's decoding rules (a Top-K
+# index list that is not strictly ascending, a QSGD scale that is NaN, a base-3 byte above 242...).
+# The codec documents list these per codec; gcz reports them when decoding, without a rule name.
+DECODE_RULES = ("bad-stream-data",)
 
 
 class GczFormatError(ValueError):
     """A `.gcz` file breaks a FORMAT.md §6 rule; ``.rule`` names it."""
 
     def __init__(self, rule: str, detail: str, tensor: Optional[str] = None):
-        assert rule in RULES, rule
+        assert rule in RULES or rule in DECODE_RULES, rule
         self.rule = rule
         self.detail = detail
         self.tensor = tensor
@@ -144,8 +167,6 @@ FMTS: Dict[str, _Fmt] = {
 CAST_CODECS: Dict[str, Optional[str]] = {
     "none": None, "fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
 }
-# Streams each element codec writes, in order, and each stream's decoded size in bytes.
-CODEC_STREAMS: Dict[str, Tuple[str, ...]] = {name: ("values",) for name in CAST_CODECS}
 
 
 def _nan_mask(u: np.ndarray, f: _Fmt) -> np.ndarray:
@@ -187,21 +208,43 @@ def _f32_to_bf16_rne(x: np.ndarray) -> np.ndarray:
     return r.astype(np.uint16)
 
 
+def _f64_round(x: np.ndarray, d: _Fmt) -> np.ndarray:
+    """float64 values (no NaN) -> `d` bits, one round-to-nearest-even step; past the range: +-Inf.
+
+    float32 is numpy's (IEEE) conversion. For float16/bfloat16 the value is rounded exactly in
+    float64 to a multiple of its unit in the last place in `d` (np.rint: ties to even), which is
+    then representable in `d` (or overflows to Inf) and converts exactly: no double rounding."""
+    if d.name == "float32":
+        return x.astype(np.float32).view(np.uint32)
+    emin = 2 - (1 << (d.exp_bits - 1))             # the smallest normal exponent
+    _, e = np.frexp(x)                             # |x| = f * 2^e, 0.5 <= f < 1
+    q = np.maximum(e - 1, emin) - d.frac_bits      # exponent of one ulp of x in `d`
+    r = np.ldexp(np.rint(np.ldexp(x, -q)), q)      # exact power-of-two scalings
+    if d.name == "float16":
+        return r.astype(np.float16).view(np.uint16)
+    return (r.astype(np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+
+
 def convert_bits(u: np.ndarray, src: str, dst: str) -> np.ndarray:
     """Convert an array of `src` bit patterns to `dst` bit patterns by the CODECS.md rules.
 
-    Returns a native-endian unsigned array of the destination's width. Supports every conversion a
-    cast codec's decoder needs (any stored dtype to any original dtype, except narrowing *from*
-    float64, which only an encoder does).
+    Returns a native-endian unsigned array of the destination's width. Any dtype to any dtype:
+    widening is exact, narrowing is one round-to-nearest-even step, NaNs keep their sign, move
+    their payload and get the quiet bit.
     """
     s, d = FMTS[src], FMTS[dst]
     shape = np.shape(u)
     u = np.asarray(u).astype(np.dtype(s.uint).newbyteorder("="), copy=False).reshape(-1)
     if s is d:
         return u.copy().reshape(shape)
-    if s.name == "float64":
-        raise NotImplementedError("narrowing from float64 is done by the encoder only")
     nan = _nan_mask(u, s)
+    if s.name == "float64":  # narrowing (PowerSGD's float64 sums)
+        x = np.where(nan, 0.0, u.view(np.float64))
+        with np.errstate(over="ignore"):
+            out = np.array(_f64_round(x, d), copy=True)
+        if nan.any():
+            out[nan] = _nan_bits(u[nan], s, d)
+        return out.reshape(shape)
     with np.errstate(over="ignore", invalid="ignore"):
         x = _to_float32(u, s)  # exact
         if d.name == "float32":
@@ -218,6 +261,640 @@ def convert_bits(u: np.ndarray, src: str, dst: str) -> np.ndarray:
     if nan.any():
         out[nan] = _nan_bits(u[nan], s, d)
     return out.reshape(shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Random numbers (CODECS.md, "Randomness"): Philox4x32-10, vectorized over counters
+
+_PHILOX_M0, _PHILOX_M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+_U32 = np.uint64(0xFFFFFFFF)
+# Purpose numbers of the draws (CODECS.md, "Randomness").
+PURPOSE_QSGD, PURPOSE_TERNGRAD, PURPOSE_RANDOMK, PURPOSE_POWERSGD = 1, 2, 3, 4
+
+
+def philox4x32_10(counters: np.ndarray, key: Tuple[int, int]) -> np.ndarray:
+    """Philox4x32-10 of each row (c0, c1, c2, c3) of `counters` under `key` = (k0, k1)."""
+    c = np.asarray(counters, dtype=np.uint64).reshape(-1, 4)
+    c0, c1, c2, c3 = (c[:, j] for j in range(4))
+    k0, k1 = key[0] & 0xFFFFFFFF, key[1] & 0xFFFFFFFF
+    for _ in range(10):
+        p0 = c0 * _PHILOX_M0  # 32 x 32 -> 64-bit product: exact in uint64
+        p1 = c2 * _PHILOX_M1
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & _U32,
+                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & _U32)
+        k0, k1 = (k0 + _PHILOX_W0) & 0xFFFFFFFF, (k1 + _PHILOX_W1) & 0xFFFFFFFF
+    return np.stack([c0, c1, c2, c3], axis=1).astype(np.uint32)
+
+
+def tensor_key(name: str) -> int:
+    """CODECS.md "Randomness": XXH3-64 (seed 0) of the tensor name's UTF-8 bytes."""
+    return _xxh3_64(name.encode("utf-8"))
+
+
+def rng_bits(seed: int, key: int, purpose: int, count: int, start: int = 0) -> np.ndarray:
+    """32-bit draws start .. start+count-1 of `purpose` for (seed, tensor key): draw i is word
+    i mod 4 of Philox4x32-10 at counter (lo32(i//4), hi32(i//4), purpose, 0) under key
+    (lo32(k), hi32(k)) with k = seed XOR tensor key (CODECS.md, "Randomness")."""
+    if count <= 0:
+        return np.zeros(0, dtype=np.uint32)
+    k = (seed ^ key) & U64_MAX
+    b0, b1 = start // 4, (start + count - 1) // 4 + 1
+    blocks = np.arange(b0, b1, dtype=np.uint64)
+    ctr = np.zeros((b1 - b0, 4), dtype=np.uint64)
+    ctr[:, 0] = blocks & _U32
+    ctr[:, 1] = blocks >> np.uint64(32)
+    ctr[:, 2] = purpose
+    words = philox4x32_10(ctr, (k & 0xFFFFFFFF, k >> 32)).reshape(-1)
+    return words[start - 4 * b0:start - 4 * b0 + count]
+
+
+def rng_uniform(seed: int, key: int, purpose: int, count: int, start: int = 0) -> np.ndarray:
+    """uniform(i) = (draw(i) >> 8) * 2^-24, a float32 in [0, 1) (exact)."""
+    bits = rng_bits(seed, key, purpose, count, start)
+    return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+# ----------------------------------------------------------------------------------------------
+# Codec specs and parameters (FORMAT.md §5.3; each codec's parameter table in docs/codecs/*.md)
+
+
+def _bad_param(tensor: Optional[str], msg: str):
+    raise GczFormatError("unknown-codec", msg, tensor)
+
+
+def parse_spec(text: str, tensor: Optional[str] = None) -> Tuple[str, Dict[str, str]]:
+    """Split a one-stage spec string ``name[:key=value,...]`` into its name and raw string values.
+
+    FORMAT.md §5.3 gives no grammar; this follows what gcz writes: a value is a bare word
+    (``max``, ``128``, ``0.01``, ``9.9999999999999995e-08``) or anything in balanced parentheses,
+    returned without them: a nested spec (``values=(qsgd:bits=8,...)``) or a number holding a
+    ``+`` (``clip=(1e+20)``), which would otherwise read as a chain separator."""
+    m = re.match(r"[a-z0-9_]+", text)
+    if not m:
+        _bad_param(tensor, f"codec spec {text!r}: expected a codec name at position 1")
+    name, pos, params = m.group(0), m.end(), {}
+    if pos < len(text):
+        if text[pos] != ":":
+            what = "a value codec is one stage" if text[pos] == "+" else "expected ':'"
+            _bad_param(tensor, f"codec spec {text!r}: {what} (position {pos + 1})")
+        pos += 1
+        while True:
+            m = re.compile(r"([a-z0-9_]+)=").match(text, pos)
+            if not m:
+                _bad_param(tensor, f"codec spec {text!r}: expected key=value at position {pos + 1}")
+            key, pos = m.group(1), m.end()
+            if pos < len(text) and text[pos] == "(":
+                depth, end = 0, pos
+                while end < len(text):
+                    depth += {"(": 1, ")": -1}.get(text[end], 0)
+                    if depth == 0:
+                        break
+                    end += 1
+                if depth:
+                    _bad_param(tensor, f"codec spec {text!r}: unbalanced parentheses")
+                value, pos = text[pos + 1:end], end + 1
+            else:
+                m = re.compile(r"[A-Za-z0-9_.-]+").match(text, pos)
+                if not m:
+                    _bad_param(tensor, f"codec spec {text!r}: empty value at position {pos + 1}")
+                value, pos = m.group(0), m.end()
+            if key in params:
+                _bad_param(tensor, f"codec spec {text!r}: parameter {key!r} given twice")
+            params[key] = value
+            if pos == len(text):
+                break
+            if text[pos] != ",":
+                what = "a value codec is one stage" if text[pos] == "+" else "expected ','"
+                _bad_param(tensor, f"codec spec {text!r}: {what} (position {pos + 1})")
+            pos += 1
+    return name, params
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """An element codec with validated parameters (defaults filled in); a value-codec parameter
+    (``values``, ``factors``, ``fallback``) holds a nested CodecSpec."""
+    name: str
+    params: Dict[str, Any]
+
+
+_NUMBER = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
+class _Params:
+    """Typed access to a codec's parameters, from the index (JSON values) or from a spec string
+    (strings); every problem is an `unknown-codec` error, as FORMAT.md §6 says."""
+
+    def __init__(self, codec: str, raw: Dict[str, Any], from_string: bool, tensor: Optional[str]):
+        self.codec, self.raw, self.from_string, self.tensor = codec, dict(raw), from_string, tensor
+        self.used: set = set()
+
+    def fail(self, msg: str):
+        _bad_param(self.tensor, f"codec {self.codec!r}: {msg}")
+
+    def has(self, key: str) -> bool:
+        return key in self.raw
+
+    def _get(self, key: str):
+        self.used.add(key)
+        return self.raw[key]
+
+    def int(self, key: str, default: Optional[int], lo: int, hi: int = U64_MAX) -> Optional[int]:
+        if key not in self.raw:
+            return default
+        v = self._get(key)
+        if self.from_string and isinstance(v, str) and re.fullmatch(r"[0-9]+", v):
+            v = int(v)
+        if type(v) is not int:
+            self.fail(f"parameter {key!r} must be an integer, got {v!r}")
+        if not lo <= v <= hi:
+            self.fail(f"parameter {key!r} must be {lo}..{hi}, got {v}")
+        return v
+
+    def num(self, key: str, default: Optional[float], lo: float, hi: float = math.inf,
+            lo_open: bool = False) -> Optional[float]:
+        if key not in self.raw:
+            return default
+        v = self._get(key)
+        if self.from_string and isinstance(v, str) and _NUMBER.fullmatch(v):
+            v = float(v)
+        if type(v) not in (int, float):
+            self.fail(f"parameter {key!r} must be a number, got {v!r}")
+        v = float(v)
+        if not (math.isfinite(v) and (lo < v if lo_open else lo <= v) and v <= hi):
+            self.fail(f"parameter {key!r} = {v!r} is out of range")
+        return v
+
+    def word(self, key: str, default: str, choices: Tuple[str, ...]) -> str:
+        if key not in self.raw:
+            return default
+        v = self._get(key)
+        if v not in choices:
+            self.fail(f"parameter {key!r} must be one of {', '.join(choices)}, got {v!r}")
+        return v
+
+    def spec(self, key: str, default: str) -> CodecSpec:
+        v = self._get(key) if key in self.raw else default
+        if not isinstance(v, str):
+            self.fail(f"parameter {key!r} must be a codec spec string, got {v!r}")
+        name, raw = parse_spec(v, self.tensor)
+        return make_spec(name, raw, True, self.tensor)
+
+    def done(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        extra = sorted(set(self.raw) - self.used)
+        if extra:
+            self.fail(f"has no parameter {extra[0]!r}")
+        return params
+
+
+def _sparse_k_params(p: _Params) -> Dict[str, Any]:
+    """`ratio` or `k` (topk.md "k", shared by randomk.md)."""
+    if p.has("ratio") and p.has("k"):
+        p.fail("give 'ratio' or 'k', not both")
+    if p.has("k"):
+        return {"k": p.int("k", None, 1)}
+    return {"ratio": p.num("ratio", 0.01, 0.0, 1.0, lo_open=True)}
+
+
+def _value_spec(p: _Params, key: str, default: str, no_powersgd: bool = False) -> CodecSpec:
+    s = p.spec(key, default)
+    if no_powersgd and s.name == "powersgd":
+        p.fail(f"{key}={s.name!r}: the fallback cannot be powersgd itself")
+    return s
+
+
+def _params_none(p: _Params) -> Dict[str, Any]:
+    return p.done({})
+
+
+def _params_qsgd(p: _Params) -> Dict[str, Any]:  # qsgd.md, parameter table
+    return p.done({
+        "bits": p.int("bits", 8, 2, 8),
+        "group": p.int("group", 128, 1, 1 << 24),
+        "scale": p.word("scale", "max", ("max", "l2")),
+        "rounding": p.word("rounding", "stochastic", ("stochastic", "nearest")),
+        "scale_dtype": p.word("scale_dtype", "fp32", ("fp32", "fp16", "bf16")),
+    })
+
+
+def _params_terngrad(p: _Params) -> Dict[str, Any]:  # terngrad.md, parameter table
+    out = {
+        "clip": p.num("clip", 2.5, 0.0),
+        "scale": p.word("scale", "tensor", ("tensor", "group")),
+        "rounding": p.word("rounding", "stochastic", ("stochastic", "deterministic")),
+        "packing": p.word("packing", "base3", ("base3", "2bit")),
+    }
+    if out["scale"] == "group":
+        out["group"] = p.int("group", 128, 1, 1 << 24)
+    elif p.has("group"):
+        p.fail("parameter 'group' applies only with scale=group")
+    return p.done(out)
+
+
+def _params_topk(p: _Params) -> Dict[str, Any]:  # topk.md, parameter table
+    out = _sparse_k_params(p)
+    out["values"] = _value_spec(p, "values", "fp32")
+    return p.done(out)
+
+
+def _params_randomk(p: _Params) -> Dict[str, Any]:  # randomk.md, parameter table
+    out = _sparse_k_params(p)
+    out["scale"] = p.word("scale", "none", ("none", "unbiased"))
+    out["values"] = _value_spec(p, "values", "fp32")
+    return p.done(out)
+
+
+def _params_powersgd(p: _Params) -> Dict[str, Any]:  # powersgd.md, parameter table
+    return p.done({
+        "rank": p.int("rank", 4, 1, 1024),
+        "iters": p.int("iters", 1, 1, 64),
+        "view": p.word("view", "first", ("first", "last")),
+        "factors": _value_spec(p, "factors", "fp32"),
+        "min_rate": p.num("min_rate", 2.0, 1.0),
+        "fallback": _value_spec(p, "fallback", "fp16", no_powersgd=True),
+    })
+
+
+def make_spec(name: str, raw: Dict[str, Any], from_string: bool = False,
+              tensor: Optional[str] = None) -> CodecSpec:
+    """Validate an element codec and its parameters (from the index or a spec string)."""
+    codec = CODECS.get(name)
+    if codec is None:
+        _bad_param(tensor, f"unknown element codec {name!r}")
+    return CodecSpec(name, codec.params(_Params(name, raw, from_string, tensor)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Stream layouts: the streams each codec writes, in order, and their sizes
+
+
+@dataclass(frozen=True)
+class _Stream:
+    name: str
+    size: int
+    exact: bool = True  # False: `size` is an upper bound (Top-K's indices)
+
+
+def _numel(shape: Tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _prefixed(prefix: str, streams: List[_Stream]) -> List[_Stream]:
+    return [_Stream(prefix + s.name, s.size, s.exact) for s in streams]
+
+
+def _layout_cast(spec: CodecSpec, dtype: str, shape, tensor) -> List[_Stream]:
+    stored = FMTS[CAST_CODECS[spec.name] or dtype]
+    return [_Stream("values", _numel(shape) * stored.itemsize)]
+
+
+def _layout_qsgd(spec: CodecSpec, dtype: str, shape, tensor) -> List[_Stream]:
+    n, p = _numel(shape), spec.params
+    scale_bytes = 4 if p["scale_dtype"] == "fp32" else 2
+    return [_Stream("codes", _ceil_div(n * p["bits"], 8)),
+            _Stream("scales", _ceil_div(n, p["group"]) * scale_bytes)]
+
+
+def _layout_terngrad(spec: CodecSpec, dtype: str, shape, tensor) -> List[_Stream]:
+    n, p = _numel(shape), spec.params
+    trits = _ceil_div(n, 5 if p["packing"] == "base3" else 4)
+    scales = (4 if n else 0) if p["scale"] == "tensor" else _ceil_div(n, p["group"]) * 4
+    return [_Stream("trits", trits), _Stream("scales", scales)]
+
+
+def sparse_k(params: Dict[str, Any], n: int) -> int:
+    """topk.md "k" (also randomk.md): min(n, max(1, floor(ratio * n))) with one float64
+    multiplication, or min(n, K); 0 for an empty tensor."""
+    if n == 0:
+        return 0
+    if "k" in params:
+        return min(n, params["k"])
+    return min(n, max(1, math.floor(params["ratio"] * float(n))))
+
+
+def _leb128_len(v: int) -> int:
+    return max(1, _ceil_div(v.bit_length(), 7))
+
+
+def _layout_topk(spec: CodecSpec, dtype: str, shape, tensor) -> List[_Stream]:
+    n = _numel(shape)
+    k = sparse_k(spec.params, n)
+    bound = 1 + min(k * _leb128_len(n), _ceil_div(n, 8)) if n else 0
+    return [_Stream("indices", bound, exact=False)] + _prefixed(
+        "values.", layout(spec.params["values"], "float32", (k,), tensor))
+
+
+def _layout_randomk(spec: CodecSpec, dtype: str, shape, tensor) -> List[_Stream]:
+    k = sparse_k(spec.params, _numel(shape))
+    return _prefixed("values.", layout(spec.params["values"], "float32", (k,), tensor))
+
+
+def powersgd_matrix(spec: CodecSpec, dtype: str, shape: Tuple[int, ...],
+                    tensor: Optional[str] = None) -> Tuple[int, int, int]:
+    """(n, m, r) of the matrix view (powersgd.md, `view`), after checking the tensor is eligible
+    (powersgd.md, "Fallback (planning)"); an ineligible tensor is an error (gcz: `stream-size`)."""
+    p = spec.params
+    r = p["rank"]
+    if len(shape) < 2:
+        why = "it has fewer than 2 dimensions"
+        n = m = 0
+    else:
+        if p["view"] == "first":
+            n, m = shape[0], _numel(shape[1:])
+        else:
+            n, m = _numel(shape[:-1]), shape[-1]
+        lhs = float(r) * float(n + m) * 4.0
+        rhs = float(n) * float(m) * float(FMTS[dtype].itemsize) / p["min_rate"]
+        if n > 2 ** 31 - 1 or m > 2 ** 31 - 1:
+            why = f"its {n} x {m} matrix has a dimension above 2^31 - 1"
+        elif lhs >= rhs:
+            why = (f"rank-{r} factors of its {n} x {m} matrix would not make it "
+                   f"min_rate={p['min_rate']:g} times smaller")
+        else:
+            return n, m, r
+    raise GczFormatError("stream-size", f"codec 'powersgd' does not take shape {list(shape)}: "
+                         f"{why}; such tensors are encoded with its fallback", tensor)
+
+
+def _layout_powersgd(spec: CodecSpec, dtype: str, shape, tensor) -> List[_Stream]:
+    n, m, r = powersgd_matrix(spec, dtype, shape, tensor)
+    f = spec.params["factors"]
+    return (_prefixed("p.", layout(f, "float32", (n, r), tensor))
+            + _prefixed("q.", layout(f, "float32", (m, r), tensor)))
+
+
+def layout(spec: CodecSpec, dtype: str, shape: Tuple[int, ...],
+           tensor: Optional[str] = None) -> List[_Stream]:
+    """The streams `spec` writes for a tensor of `dtype` and `shape`, in order, with sizes."""
+    return CODECS[spec.name].layout(spec, dtype, tuple(shape), tensor)
+
+
+# ----------------------------------------------------------------------------------------------
+# Decoders. Each returns (format, bits): the decoded elements, flat, as bit patterns of `format`;
+# the caller converts them to the tensor's dtype (round to nearest even, CODECS.md).
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """What a decoder may use: the tensor's seed and key, and its streams (under `prefix`)."""
+    tensor: str
+    seed: int
+    key: int
+    read: Any  # callable: full stream name -> bytes
+    prefix: str = ""
+    codec: str = ""
+
+    def stream(self, name: str) -> np.ndarray:
+        return np.frombuffer(self.read(self.prefix + name), dtype=np.uint8)
+
+    def inner(self, param: str) -> "_Ctx":
+        """A value codec's context: key XOR XXH3-64(param name), streams prefixed `param.`."""
+        return _Ctx(self.tensor, self.seed, self.key ^ _xxh3_64(param.encode("utf-8")), self.read,
+                    self.prefix + param + ".")
+
+    def fail(self, stream: str, msg: str, doc: str):
+        raise GczFormatError("bad-stream-data", f"{self.codec}: stream {self.prefix + stream!r}: "
+                             f"{msg} ({doc})", self.tensor)
+
+
+def decode(spec: CodecSpec, dtype: str, shape: Tuple[int, ...],
+           ctx: _Ctx) -> Tuple[str, np.ndarray]:
+    """Decode the streams of codec `spec` for a tensor of `dtype` and `shape`: (format, bits)."""
+    return CODECS[spec.name].decode(spec, dtype, tuple(shape), replace(ctx, codec=spec.name))
+
+
+def decode_values(spec: CodecSpec, shape: Tuple[int, ...], ctx: _Ctx) -> np.ndarray:
+    """A value codec's decoding of a float32 tensor of `shape` (CODECS.md, "Value codecs")."""
+    fmt, bits = decode(spec, "float32", shape, ctx)
+    return convert_bits(bits, fmt, "float32").view(np.float32).reshape(shape)
+
+
+def _decode_cast(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
+    """CODECS.md "Cast codecs": the stored values, converted by the caller."""
+    stored = FMTS[CAST_CODECS[spec.name] or dtype]
+    return stored.name, ctx.stream("values").view(stored.uint)
+
+
+def _checked_scales(ctx: _Ctx, raw: np.ndarray, scale_dtype: str, doc: str) -> np.ndarray:
+    """float32 scales (float16/bfloat16 ones widened exactly); negative, NaN or Inf is an error."""
+    if scale_dtype == "fp32":
+        s = raw.view("<f4").astype(np.float32)
+    elif scale_dtype == "fp16":
+        s = raw.view("<f2").astype(np.float32)
+    else:
+        s = (raw.view("<u2").astype(np.uint32) << np.uint32(16)).view(np.float32)
+    bad = ~np.isfinite(s) | (s < 0)
+    if bad.any():
+        g = int(np.flatnonzero(bad)[0])
+        ctx.fail("scales", f"scale {g} is {float(s[g])!r}: a scale must be finite and >= 0", doc)
+    return s
+
+
+def unpack_codes(data: np.ndarray, n: int, bits: int) -> np.ndarray:
+    """qsgd.md "Streams": code i in bits i*B .. i*B+B-1 of the stream, LSB first."""
+    if bits == 8:
+        return data[:n].astype(np.uint16)
+    pos = np.arange(n, dtype=np.int64) * bits
+    b = np.concatenate([data, np.zeros(1, dtype=np.uint8)]).astype(np.uint16)
+    byte = pos >> 3
+    window = b[byte] | (b[byte + 1] << np.uint16(8))
+    return (window >> (pos & 7).astype(np.uint16)) & np.uint16((1 << bits) - 1)
+
+
+def _decode_qsgd(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
+    """docs/codecs/qsgd.md, "Decoding" (stream layout: "Streams")."""
+    p, n = spec.params, _numel(shape)
+    B, G = p["bits"], p["group"]
+    s = (1 << (B - 1)) - 1
+    codes_raw = ctx.stream("codes")
+    if (n * B) % 8 and codes_raw[-1] >> ((n * B) % 8):
+        ctx.fail("codes", "the last byte has a nonzero unused bit", "qsgd.md, Decoding")
+    S = _checked_scales(ctx, ctx.stream("scales"), p["scale_dtype"], "qsgd.md, Decoding")
+    codes = unpack_codes(codes_raw, n, B)
+    level, sign = codes & np.uint16(s), codes >> np.uint16(B - 1)
+    group = np.arange(n, dtype=np.int64) // G
+    step = S / np.float32(s)  # float32 division, once per group
+    with np.errstate(over="ignore"):  # np.where computes level * step for level = s too
+        mag = np.where(level == s, S[group], level.astype(np.float32) * step[group])
+    x = np.where(sign == 1, -mag, mag).astype(np.float32)
+    return "float32", x.view(np.uint32)
+
+
+def unpack_trits(data: np.ndarray, n: int, packing: str, ctx: Optional[_Ctx] = None) -> np.ndarray:
+    """terngrad.md "Streams": base3 (5 trits a byte, t0 + 3 t1 + ... + 81 t4) or 2bit (4 a byte)."""
+    def fail(msg):
+        if ctx is None:
+            raise ValueError(msg)
+        ctx.fail("trits", msg, "terngrad.md, Decoding")
+    if packing == "base3":
+        if (data > 242).any():
+            fail(f"byte {int(np.flatnonzero(data > 242)[0])} is above 242")
+        t = np.empty((len(data), 5), dtype=np.uint8)
+        v = data.copy()
+        for k in range(5):
+            t[:, k], v = v % 3, v // 3
+    else:
+        t = np.stack([(data >> np.uint8(2 * k)) & np.uint8(3) for k in range(4)], axis=1)
+        if (t == 3).any():
+            fail(f"element {int(np.flatnonzero(t.reshape(-1) == 3)[0])} has the invalid code 3")
+    t = t.reshape(-1)
+    if t[n:].any():
+        fail("a place past the end of the tensor holds a nonzero trit")
+    return t[:n]
+
+
+def _decode_terngrad(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
+    """docs/codecs/terngrad.md, "Decoding" (stream layout: "Streams")."""
+    p, n = spec.params, _numel(shape)
+    trits = unpack_trits(ctx.stream("trits"), n, p["packing"], ctx)
+    S = _checked_scales(ctx, ctx.stream("scales"), "fp32", "terngrad.md, Decoding")
+    if p["scale"] == "tensor":
+        s = np.broadcast_to(S[:1], (n,)) if n else S
+    else:
+        s = S[np.arange(n, dtype=np.int64) // p["group"]]
+    x = np.where(trits == 1, s, np.where(trits == 2, -s, np.float32(0))).astype(np.float32)
+    return "float32", x.view(np.uint32)
+
+
+def topk_indices(data: np.ndarray, n: int, k: int, ctx: Optional[_Ctx] = None) -> np.ndarray:
+    """Decode and check a Top-K `indices` stream (topk.md, "Stream indices", rules 1-11): the k
+    kept indices, strictly ascending. A hostile stream is a GczFormatError (ValueError without
+    ctx), never garbage."""
+    doc = "topk.md, Stream indices"
+
+    def fail(rule: int, msg: str):
+        if ctx is None:
+            raise ValueError(f"{msg} (rule {rule})")
+        ctx.fail("indices", msg, f"{doc}, rule {rule}")
+
+    bound = 1 + min(k * _leb128_len(n), _ceil_div(n, 8)) if n else 0
+    if len(data) > bound:
+        fail(1, f"{len(data)} bytes, more than the bound {bound}")
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if len(data) == 0:
+        fail(2, "missing its tag byte")
+    tag, body = int(data[0]), data[1:]
+    if tag == 1:  # bitmap
+        if len(body) != _ceil_div(n, 8):
+            fail(9, f"a bitmap body of {len(body)} bytes, not ceil(n/8) = {_ceil_div(n, 8)}")
+        bitmap = np.unpackbits(body, bitorder="little")
+        if bitmap[n:].any():
+            fail(10, f"the bitmap sets a bit for an index >= n = {n}")
+        idx = np.flatnonzero(bitmap)
+        if len(idx) != k:
+            fail(11, f"the bitmap sets {len(idx)} bits, expected k = {k}")
+        return idx.astype(np.int64)
+    if tag != 0:
+        fail(3, f"unknown encoding tag {tag} (0 = varint, 1 = bitmap)")
+    # Varint body, checked as a sequential decoder would: the first bad varint is reported.
+    ends = np.flatnonzero(body < 0x80)            # the last byte of each complete varint
+    truncated = len(body) > 0 and bool(body[-1] & 0x80)
+    m = min(len(ends), k)
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)[:m]
+    ends = ends[:m]
+    lengths = ends - starts + 1
+    last = body[ends]
+    overlong = (lengths > 10) | ((lengths == 10) & (last > 1)) | ((lengths > 1) & (last == 0))
+    used = body[:int(ends[-1]) + 1] if m else body[:0]
+    place = np.arange(len(used), dtype=np.int64) - np.repeat(starts, lengths)
+    shift = np.minimum(place, 9).astype(np.uint64) * np.uint64(7)
+    groups = (used.astype(np.uint64) & np.uint64(0x7F)) << shift
+    deltas = np.add.reduceat(groups, starts) if m else groups  # disjoint bits: sum = value
+    deltas[overlong] = 1
+    # Every delta is checked <= n (<= 2^48) first, so the running sum can wrap around 2^64 only
+    # after passing n; "strictly ascending and <= n" is therefore exact.
+    big = deltas > np.uint64(n)
+    idx = np.cumsum(np.where(big, np.uint64(1), deltas), dtype=np.uint64)
+    out = big | (idx > np.uint64(n))
+    out[1:] |= idx[1:] <= idx[:-1]
+    for j in np.flatnonzero(overlong | (deltas == 0) | out)[:1]:
+        at = int(starts[j]) + 1
+        if overlong[j]:
+            fail(5, f"overlong varint at byte {at} (over 64 bits, or a redundant final 0x00)")
+        if deltas[j] == 0:
+            fail(6, f"delta 0 at byte {at}: indices must be strictly ascending")
+        fail(7, f"index out of range at byte {at} (n = {n})")
+    if m < k:
+        if truncated:
+            fail(4, f"truncated varint at byte {len(data) - 1}")
+        fail(8, f"holds {m} indices, expected k = {k}")
+    if (int(ends[-1]) + 1 if m else 0) != len(body):
+        fail(8, f"bytes left after {k} indices")
+    return idx.astype(np.int64) - 1
+
+
+def _scatter(n: int, idx: np.ndarray, w: np.ndarray):
+    x = np.zeros(n, dtype=np.float32)  # +0 for every element not kept
+    x[idx] = w
+    return "float32", x.view(np.uint32)
+
+
+def _decode_topk(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
+    """docs/codecs/topk.md, "Decoding": x = 0 except x[i_j] = w_j."""
+    n = _numel(shape)
+    k = sparse_k(spec.params, n)
+    idx = topk_indices(ctx.stream("indices"), n, k, ctx)
+    w = decode_values(spec.params["values"], (k,), ctx.inner("values"))
+    return _scatter(n, idx, w)
+
+
+def randomk_indices(seed: int, key: int, n: int, k: int) -> np.ndarray:
+    """randomk.md "Selection": the k indices with the smallest 32-bit keys bits(i) of purpose 3,
+    ties to the lower index, in ascending order."""
+    keys = rng_bits(seed, key, PURPOSE_RANDOMK, n)
+    if k >= n:
+        return np.arange(n, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")      # stable: equal keys keep index order
+    return np.sort(order[:k]).astype(np.int64)
+
+
+def _decode_randomk(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
+    """docs/codecs/randomk.md, "Decoding": indices redrawn from (seed, tensor key)."""
+    n = _numel(shape)
+    k = sparse_k(spec.params, n)
+    idx = randomk_indices(ctx.seed, ctx.key, n, k)
+    w = decode_values(spec.params["values"], (k,), ctx.inner("values"))
+    return _scatter(n, idx, w)
+
+
+def _decode_powersgd(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
+    """docs/codecs/powersgd.md, "Decoding": x[i*m + j] = sum_c P[i][c] * Q[j][c], exact products
+    summed in float64 from +0 in the order c = 0..r-1, rounded once (by the caller) to the dtype."""
+    n, m, r = powersgd_matrix(spec, dtype, shape, ctx.tensor)
+    f = spec.params["factors"]
+    P = decode_values(f, (n, r), ctx.inner("p")).astype(np.float64)
+    Q = decode_values(f, (m, r), ctx.inner("q")).astype(np.float64)
+    acc = np.zeros((n, m), dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for c in range(r):
+            acc += np.outer(P[:, c], Q[:, c])
+    return "float64", acc.reshape(-1).view(np.uint64)
+
+
+@dataclass(frozen=True)
+class _CodecDef:
+    params: Any
+    layout: Any
+    decode: Any
+
+
+CODECS: Dict[str, _CodecDef] = {
+    **{name: _CodecDef(_params_none, _layout_cast, _decode_cast) for name in CAST_CODECS},
+    "qsgd": _CodecDef(_params_qsgd, _layout_qsgd, _decode_qsgd),
+    "terngrad": _CodecDef(_params_terngrad, _layout_terngrad, _decode_terngrad),
+    "topk": _CodecDef(_params_topk, _layout_topk, _decode_topk),
+    "randomk": _CodecDef(_params_randomk, _layout_randomk, _decode_randomk),
+    "powersgd": _CodecDef(_params_powersgd, _layout_powersgd, _decode_powersgd),
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,6 +921,7 @@ class TensorInfo:
     rng: str
     streams: Tuple[StreamInfo, ...]
     metrics: Optional[Dict[str, Any]] = field(default=None, compare=False)
+    spec: Optional[CodecSpec] = field(default=None, compare=False, repr=False)  # codec[0], checked
 
     @property
     def numel(self) -> int:
@@ -257,7 +935,10 @@ class TensorInfo:
         return self.codec[0]["name"]
 
     @property
-    def stored_dtype(self) -> str:
+    def stored_dtype(self) -> Optional[str]:
+        """The dtype a cast codec stores; None for the other codecs."""
+        if self.element_codec not in CAST_CODECS:
+            return None
         return CAST_CODECS[self.element_codec] or self.dtype
 
     @property
@@ -265,7 +946,8 @@ class TensorInfo:
         """The chain written as a spec string, e.g. ``fp16+zstd:level=3``."""
         parts = []
         for st in self.codec:
-            params = ",".join(f"{k}={v}" for k, v in st["params"].items())
+            params = ",".join(f"{k}=({v})" if isinstance(v, str) and ":" in v else f"{k}={v}"
+                              for k, v in st["params"].items())
             parts.append(st["name"] + (":" + params if params else ""))
         return "+".join(parts)
 
@@ -328,7 +1010,7 @@ def _req(obj: Dict[str, Any], key: str, typ, what: str, tensor: Optional[str] = 
     return v
 
 
-def _validate_chain(chain: List[Any], tname: str) -> Tuple[Dict[str, Any], ...]:
+def _validate_chain(chain: List[Any], tname: str) -> Tuple[Tuple[Dict[str, Any], ...], CodecSpec]:
     if len(chain) == 0:
         raise GczFormatError("index-schema", "'codec' has no stage", tname)
     stages = []
@@ -337,13 +1019,14 @@ def _validate_chain(chain: List[Any], tname: str) -> Tuple[Dict[str, Any], ...]:
             raise GczFormatError("index-schema", f"codec stage {i} is not an object", tname)
         sname = _req(st, "name", str, f"codec stage {i}", tname)
         params = _req(st, "params", dict, f"codec stage {i}", tname)
+        for k, v in params.items():  # FORMAT.md §5.3: integers, numbers or strings
+            if type(v) not in (int, float, str):
+                raise GczFormatError("index-schema", f"codec parameter {k!r} has an unsupported "
+                                     "type", tname)
         if i == 0:
-            if sname not in CAST_CODECS:
-                raise GczFormatError("unknown-codec", f"unknown element codec {sname!r}", tname)
-            if params:
-                raise GczFormatError(
-                    "unknown-codec", f"codec {sname!r} takes no parameters, got {sorted(params)}",
-                    tname)
+            if sname == "zstd":
+                raise GczFormatError("unknown-codec", "a zstd stage cannot be the first", tname)
+            spec = make_spec(sname, params, False, tname)
         else:
             if i > 1:
                 raise GczFormatError("unknown-codec", "more than one stage after the element codec",
@@ -360,7 +1043,7 @@ def _validate_chain(chain: List[Any], tname: str) -> Tuple[Dict[str, Any], ...]:
                 raise GczFormatError("unknown-codec", f"zstd level {lv!r} is not an integer 1-22",
                                      tname)
         stages.append({"name": sname, "params": dict(params)})
-    return tuple(stages)
+    return tuple(stages), spec
 
 
 class GczFile:
@@ -488,11 +1171,11 @@ class GczFile:
             numel *= d
         if numel > MAX_NUMEL:
             raise GczFormatError("bad-shape", f"shape {shape} has more than 2^48 elements", name)
-        stages = _validate_chain(chain, name)
+        stages, spec = _validate_chain(chain, name)
         has_zstd = len(stages) > 1
         ecodec = stages[0]["name"]
-        stored = FMTS[CAST_CODECS[ecodec] or dtype]
-        expected_sizes = {"values": numel * stored.itemsize}
+        want = layout(spec, dtype, tuple(shape), name)
+        expected = {w.name: w for w in want}
 
         sinfos = []
         for si, s in enumerate(streams):
@@ -509,11 +1192,10 @@ class GczFile:
                 raise GczFormatError("index-schema",
                                      f"stream {sname!r} xxh3 is not 16 lowercase hex digits", name)
             sinfos.append(StreamInfo(sname, enc, off, length, size, xx))
-        want = CODEC_STREAMS[ecodec]
-        if tuple(s.name for s in sinfos) != want:
+        if [s.name for s in sinfos] != [w.name for w in want]:
             raise GczFormatError(
-                "bad-streams", f"codec {ecodec!r} writes streams {list(want)}, the index lists "
-                f"{[s.name for s in sinfos]}", name)
+                "bad-streams", f"codec {ecodec!r} writes streams {[w.name for w in want]}, the "
+                f"index lists {[s.name for s in sinfos]}", name)
         for s in sinfos:
             if s.encoding not in ("raw", "zstd"):
                 raise GczFormatError("bad-encoding",
@@ -522,10 +1204,11 @@ class GczFile:
                 raise GczFormatError(
                     "bad-encoding", f"stream {s.name!r} is zstd but the chain has no zstd stage",
                     name)
-            if s.size != expected_sizes[s.name]:
+            w = expected[s.name]
+            if (s.size != w.size) if w.exact else (s.size > w.size):
                 raise GczFormatError(
                     "stream-size", f"stream {s.name!r} size {s.size} does not match the codec's "
-                    f"{expected_sizes[s.name]}", name)
+                    f"{'' if w.exact else 'bound '}{w.size}", name)
             if s.encoding == "raw" and s.length != s.size:
                 raise GczFormatError(
                     "stream-size", f"raw stream {s.name!r} has length {s.length} != size {s.size}",
@@ -548,7 +1231,7 @@ class GczFile:
         metrics = t.get("metrics")
         info = TensorInfo(name=name, dtype=dtype, shape=tuple(shape), codec=stages, seed=seed,
                           rng=rng, streams=tuple(sinfos),
-                          metrics=metrics if isinstance(metrics, dict) else None)
+                          metrics=metrics if isinstance(metrics, dict) else None, spec=spec)
         return info, pos
 
     # -- public API ------------------------------------------------------------------------------
@@ -591,15 +1274,11 @@ class GczFile:
     def read_bits(self, name: str) -> np.ndarray:
         """The decoded tensor as raw bit patterns: uint16 (float16/bfloat16), uint32, uint64."""
         info = self.info(name)
-        ecodec = info.element_codec
-        if ecodec in CAST_CODECS:
-            values = self._read_stream(info, info.streams[0])
-            stored = FMTS[info.stored_dtype]
-            u = np.frombuffer(values, dtype=stored.uint, count=info.numel)
-            out = convert_bits(u, stored.name, info.dtype)
-        else:  # pragma: no cover - rejected at open
-            raise GczFormatError("unknown-codec", f"unknown element codec {ecodec!r}", name)
-        return out.reshape(info.shape)
+        streams = {s.name: s for s in info.streams}
+        ctx = _Ctx(name, info.seed, tensor_key(name), lambda sname: self._read_stream(
+            info, streams[sname]))
+        fmt, bits = decode(info.spec, info.dtype, info.shape, ctx)
+        return convert_bits(bits, fmt, info.dtype).reshape(info.shape)
 
     def read(self, name: str, widen: bool = False) -> np.ndarray:
         """The decoded tensor in its original dtype (C order, its shape).

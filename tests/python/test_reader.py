@@ -12,11 +12,13 @@ Run: python3 -m pytest -q tests/python/test_reader.py
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Tuple
 
 import numpy as np
 import pytest
@@ -304,6 +306,38 @@ def test_conversion_rules_examples():
     # float16 -> bfloat16: 1 + 2^-8 + 2^-10 rounds up; 1 + 2^-8 is a tie, goes to even
     h = np.array([0x3C05, 0x3C04, 0x3C0C], dtype=u16)
     assert cb(h, "float16", "bfloat16").tolist() == [0x3F81, 0x3F80, 0x3F82]
+
+
+def test_float64_narrowing_is_one_rounding():
+    """convert_bits from float64 (PowerSGD's float64 sums): one round-to-nearest-even step to
+    float16 / bfloat16 / float32, checked against exact rational arithmetic; NaN rule kept."""
+    from fractions import Fraction
+    rng = np.random.default_rng(3)
+    cases = {"float16": (np.float16, np.uint16, 0x7BFF), "bfloat16": (None, np.uint16, 0x7F7F),
+             "float32": (np.float32, np.uint32, 0x7F7FFFFF)}
+    for dst, (ftype, utype, top) in cases.items():
+        f = gczread.FMTS[dst]
+        lo = np.unique(rng.integers(1, top, size=300).astype(utype))
+        wide = lambda b: gczread.convert_bits(b, dst, "float64").view(np.float64)  # noqa: E731
+        a, b = wide(lo), wide(lo + utype(1))
+        mid, tiny = (a + b) / 2, (b - a) * 2.0 ** -40
+        x = np.concatenate([mid, mid + tiny, mid - tiny, -mid, a, [0.0, -0.0, 1e300, -1e300,
+                                                                   5e-324, -2.0 ** -1000]])
+        got = gczread.convert_bits(x.view(np.uint64), "float64", dst)
+        emin = 2 - (1 << (f.exp_bits - 1))
+        for xi, gi in zip(x.tolist(), got.tolist()):
+            q = max(math.frexp(xi)[1] - 1, emin) - f.frac_bits
+            r = round(Fraction(xi) / Fraction(2) ** q) * Fraction(2) ** q  # ties to even
+            want = math.copysign(float(abs(r)) if abs(r) < 2 ** (1 << (f.exp_bits - 1))
+                                 else math.inf, xi)
+            w = gczread.convert_bits(np.array([want]).view(np.uint64), "float64", dst)[0]
+            assert gi == w and np.array_equal(wide(np.array([gi], utype)), [want]), (dst, xi)
+        if ftype is not None:  # numpy's direct conversion agrees
+            with np.errstate(over="ignore"):
+                assert np.array_equal(got, x.astype(ftype).view(utype))
+    nan = np.array([0x7FF0000000000001, 0xFFF8000000000000 | (0x2AB << 42)], np.uint64)
+    assert gczread.convert_bits(nan, "float64", "float16").tolist() == [0x7E00, 0xFE00 | 0x2AB]
+    assert gczread.convert_bits(nan, "float64", "bfloat16").tolist() == [0x7FC0, 0xFFC0 | 0x55]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -631,3 +665,485 @@ def test_command_line_lists_tensors(tmp_path, victim):
     r = subprocess.run([sys.executable, str(REPO / "samples" / "python" / "gczread.py"), str(bad)],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "bad-end-magic" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. the other codecs: qsgd, terngrad, topk, randomk, powersgd, and value codecs inside them
+#    (docs/codecs/*.md): gczread must decode every tensor to the same bits as `gcz decode`
+
+CODEC_SPECS = [
+    "qsgd",
+    "qsgd:bits=4,group=64,scale=l2,rounding=nearest,scale_dtype=bf16",
+    "qsgd:bits=2,group=7,scale_dtype=fp16",
+    "qsgd:bits=3,group=5,scale=l2,rounding=nearest+zstd",
+    "qsgd:bits=7,group=1000",
+    "terngrad",
+    "terngrad:scale=group,packing=2bit",
+    "terngrad:clip=0,scale=group,group=13,rounding=deterministic",
+    "terngrad:clip=1.5+zstd",
+    "topk:ratio=0.01",
+    "topk:k=100,values=(qsgd:bits=8)",
+    "topk:ratio=0.29,values=(fp16)",
+    "topk:ratio=1,values=(bf16)+zstd",
+    "topk:k=5,values=(terngrad:packing=2bit)",
+    "randomk:ratio=0.05,scale=unbiased,values=(fp16)",
+    "randomk",
+    "randomk:k=7,values=(qsgd:bits=4,group=3)",
+    "randomk:ratio=1,scale=unbiased+zstd",
+    "powersgd:rank=4",
+    "powersgd:rank=2,iters=2,factors=(bf16)",
+    "powersgd:rank=1,view=last,factors=(fp16)",
+    "powersgd:rank=3,factors=(qsgd:bits=8,group=16)+zstd",
+    "powersgd:rank=2,min_rate=1,fallback=(qsgd:bits=4)",
+    # value codecs inside value codecs: keys XOR XXH3("values"/"p"/"q") at every level
+    "topk:ratio=0.3,values=(randomk:ratio=0.5)",
+    "randomk:ratio=0.5,values=(topk:k=3,values=(qsgd:bits=2))",
+    "powersgd:rank=2,factors=(randomk:ratio=0.5)",
+    "powersgd:rank=2,fallback=(topk:ratio=0.2,values=(fp16))",
+]
+STOCHASTIC_SPECS = [
+    "qsgd:bits=3,group=9",
+    "terngrad:scale=group,group=6",
+    "randomk:ratio=0.1,values=(qsgd:bits=4)",
+    "topk:ratio=0.2,values=(terngrad)",
+    "powersgd:rank=2,factors=(qsgd:bits=6)",
+]
+
+
+def encode_seed(tmp: Path, src: Path, spec: str, tag: str, seed: int = 0, *extra: str) -> Path:
+    safe = "".join(c if c.isalnum() else "_" for c in spec)
+    out = tmp / f"{tag}_{safe}_{seed}.gcz"
+    gcz("encode", str(src), "-o", str(out), "-c", spec, "-q", "--seed", str(seed), *extra)
+    return out
+
+
+@pytest.mark.parametrize("spec", CODEC_SPECS)
+@pytest.mark.parametrize("sample", SAMPLE_INPUTS)
+def test_codecs_samples_match_cpp_decoder(tmp_path, sample, spec):
+    src = SAMPLES / sample
+    if not src.is_file():
+        pytest.skip(f"sample input {src} is missing")
+    path = encode_seed(tmp_path, src, spec, Path(sample).stem, seed=7)
+    mine = check_against_cpp(path, tmp_path)
+    with GczFile(path) as f:
+        codecs = {f.info(n).element_codec for n in f.tensors}
+    assert spec.split(":")[0].split("+")[0] in codecs  # not everything went to a fallback
+    original = read_safetensors(src)
+    for name, bits in mine.items():
+        assert list(bits.shape) == original[name][1]
+
+
+def make_codec_input(tmp: Path, dtype: str) -> Tuple[Path, dict]:
+    """Tensors for the quantizers and sparsifiers in `dtype`: sizes that are not multiples of a
+    group, of 8 or of 5, matrices PowerSGD takes (also in float16), constants, zeros, special
+    values (NaN, Inf, subnormals), a 0-d and empty tensors. Returns (path, {name: bits})."""
+    rng = np.random.default_rng({"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4}[dtype])
+    u = np.linspace(0, 3, 64)
+    lowrank = (np.outer(np.sin(u), np.cos(u[:48])) + 0.3 * np.outer(u, u[:48] ** 2) / 9
+               + 0.01 * rng.standard_normal((64, 48)))
+    vals = {
+        "gauss": rng.standard_normal((37, 29)) * np.exp(rng.uniform(-3, 3, (37, 1))),
+        "lowrank": lowrank,
+        "wide3d": rng.standard_normal((24, 5, 11)) * 1e-3,
+        "const": np.full(41, -0.375),
+        "zeros": np.zeros((5, 64)),
+        "ties": np.tile([1.0, -1.0, 0.5, 0.0, -0.0, 0.5], 11),
+        "scalar": np.array(2.75),
+        "empty": np.zeros((0, 3)),
+        "empty1d": np.zeros(0),
+        "tiny": rng.standard_normal(203) * 2.0 ** -20,
+    }
+    tensors = {}
+    for k, v in vals.items():
+        if dtype == "bfloat16":
+            tensors[k] = gczread.convert_bits(v.astype(np.float32).view(np.uint32), "float32",
+                                              "bfloat16")
+        else:
+            tensors[k] = v.astype(dtype).view(UINT[dtype])
+    spec_bits = special_bits(dtype, n_random=200, seed=5)
+    tensors["special"] = spec_bits[:211]                            # NaN, Inf, subnormals, ...
+    if dtype == "float64":
+        tensors["beyond_f32"] = np.array([1e300, -1e39, 3.0, -2.0, 1e-300, 0.5] * 7).view(np.uint64)
+    if dtype == "bfloat16":
+        path = tmp / "codec_bf16.safetensors"
+        write_safetensors(path, {k: ("BF16", v.shape, v) for k, v in tensors.items()})
+    else:
+        path = tmp / f"codec_{dtype}"
+        path.mkdir()
+        for k, v in tensors.items():
+            np.save(path / f"{k}.npy", v.view(np.dtype(dtype)))
+    return path, tensors
+
+
+@pytest.fixture(scope="module")
+def codec_inputs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("codec_inputs")
+    return {dt: make_codec_input(tmp, dt) for dt in ("float16", "bfloat16", "float32", "float64")}
+
+
+@pytest.mark.parametrize("spec", CODEC_SPECS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_codecs_all_dtypes_and_shapes_match_cpp_decoder(tmp_path, codec_inputs, dtype, spec):
+    src, originals = codec_inputs[dtype]
+    path = encode_seed(tmp_path, src, spec, "codec_" + dtype, seed=3)
+    mine = check_against_cpp(path, tmp_path)
+    assert sorted(mine) == sorted(originals)
+    for name, bits in mine.items():
+        assert bits.shape == originals[name].shape
+    if spec.startswith("powersgd:rank=4"):  # the low-rank matrix goes to PowerSGD in every dtype
+        with GczFile(path) as f:
+            assert f.info("lowrank").element_codec == "powersgd"
+
+
+@pytest.mark.parametrize("seed", [1, 0xDEADBEEF, 2 ** 63 + 12345, 2 ** 64 - 1])
+@pytest.mark.parametrize("spec", STOCHASTIC_SPECS)
+def test_codecs_seeds_match_cpp_decoder(tmp_path, codec_inputs, spec, seed):
+    src, _ = codec_inputs["float32"]
+    path = encode_seed(tmp_path, src, spec, "seed", seed=seed)
+    check_against_cpp(path, tmp_path)
+    with GczFile(path) as f:
+        assert {f.info(n).seed for n in f.tensors if f.info(n).element_codec != "fp16"} == {seed}
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. Random-K: the indices are drawn again from (seed, tensor name), CODECS.md "Randomness"
+
+
+def test_philox_known_answers_and_draw_numbering():
+    ph = gczread.philox4x32_10
+    # CODECS.md's known answer, and the Random123 known answers for all-ones and pi digits
+    assert ph(np.zeros((1, 4), np.uint64), (0, 0))[0].tolist() == [
+        0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    assert ph(np.full((1, 4), 0xFFFFFFFF, np.uint64), (0xFFFFFFFF, 0xFFFFFFFF))[0].tolist() == [
+        0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]
+    assert ph(np.array([[0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344]], np.uint64),
+              (0xA4093822, 0x299F31D0))[0].tolist() == [0xD16CFE09, 0x94FDCCEB, 0x5001E420,
+                                                        0x24126EA1]
+    # draw i = word i mod 4 of counter (lo32(i//4), hi32(i//4), purpose, 0), key = seed ^ tkey
+    seed, tkey = 0x0123456789ABCDEF, gczread.tensor_key("w")
+    k = seed ^ tkey
+    for i in (0, 3, 5, 4 * (1 << 32) + 6):
+        b = i // 4
+        ctr = np.array([[b & 0xFFFFFFFF, b >> 32, 3, 0]], np.uint64)
+        want = ph(ctr, (k & 0xFFFFFFFF, k >> 32))[0][i % 4]
+        assert gczread.rng_bits(seed, tkey, 3, 1, start=i)[0] == want
+        assert gczread.rng_bits(seed, tkey, 3, 7, start=i)[0] == want
+    u = gczread.rng_uniform(seed, tkey, 1, 1000)
+    assert u.dtype == np.float32 and (u >= 0).all() and (u < 1).all()
+    assert np.array_equal(u, (gczread.rng_bits(seed, tkey, 1, 1000) >> 8) * np.float32(2 ** -24))
+    assert gczread.tensor_key("w") == xxhash.xxh3_64_intdigest(b"w")
+
+
+def test_randomk_selection_rule():
+    """randomk.md: the k smallest keys, ties to the lower index, ascending (its numpy form)."""
+    seed, tkey, n = 99, gczread.tensor_key("t"), 5000
+    keys = gczread.rng_bits(seed, tkey, 3, n)
+    for k in (1, 17, 2500, 4999, 5000):
+        want = np.sort(np.lexsort((np.arange(n), keys))[:k])
+        assert np.array_equal(gczread.randomk_indices(seed, tkey, n, k), want)
+
+
+def _read_all(path: Path) -> dict:
+    with GczFile(path) as f:
+        return {n: f.read(n) for n in f.tensors}
+
+
+def test_randomk_indices_change_with_seed(tmp_path):
+    rng = np.random.default_rng(5)
+    src = tmp_path / "dense"
+    src.mkdir()
+    x = {"w": (rng.uniform(0.5, 1.0, (50, 30)) * rng.choice([-1, 1], (50, 30))).astype(np.float32),
+         "b": rng.uniform(1.0, 2.0, 333).astype(np.float32)}  # no zeros: kept = nonzero
+    for k, v in x.items():
+        np.save(src / f"{k}.npy", v)
+    kept = {}
+    for seed in (1, 2, 3, 2 ** 64 - 1):
+        path = encode_seed(tmp_path, src, "randomk:ratio=0.1", "rk", seed=seed)
+        out = check_against_cpp(path, tmp_path)
+        for name, v in x.items():
+            n = v.size
+            idx = gczread.randomk_indices(seed, gczread.tensor_key(name), n, n // 10)
+            dec = out[name].view(np.float32).reshape(-1)
+            assert np.array_equal(np.flatnonzero(dec), idx)
+            assert np.array_equal(dec[idx], v.reshape(-1)[idx])  # fp32 values: exact
+            kept[(seed, name)] = tuple(idx)
+    for name in x:
+        assert len({kept[(s, name)] for s in (1, 2, 3, 2 ** 64 - 1)}) == 4
+    assert kept[(1, "w")][:20] != kept[(1, "b")][:20]  # the name is part of the key too
+
+    # The seed is part of the encoding: editing it moves the values; both decoders agree.
+    path = encode_seed(tmp_path, src, "randomk:ratio=0.1", "rk", seed=1)
+    edited = tmp_path / "reseeded.gcz"
+    edited.write_bytes(_edit_index(lambda j: [t.update(seed=2) for t in j["tensors"]])(
+        path.read_bytes()))
+    out = check_against_cpp(edited, tmp_path)
+    assert np.array_equal(np.flatnonzero(out["b"].view(np.float32)),
+                          gczread.randomk_indices(2, gczread.tensor_key("b"), 333, 33))
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. hostile streams: rejected with a clear error (rule "bad-stream-data"), never garbage
+
+
+def _victim(tmp: Path, x: np.ndarray, spec: str) -> bytes:
+    d = tmp / f"victim_{len(list(tmp.iterdir()))}"
+    d.mkdir()
+    np.save(d / "t.npy", x.astype(np.float32))
+    return encode_seed(tmp, d, spec, "victim").read_bytes()
+
+
+def _with_stream(data: bytes, stream: str, new: bytes) -> bytes:
+    def edit(j, blobs):
+        t = j["tensors"][0]
+        si = [s["name"] for s in t["streams"]].index(stream)
+        t["streams"][si].update(encoding="raw", size=len(new))
+        blobs[(0, si)] = new
+    return _relayout(edit)(data)
+
+
+def _cpp_decode_fails(path: Path, tmp: Path) -> str:
+    r = gcz("decode", str(path), "-o", str(tmp / "out.safetensors"), check=False)
+    assert r.returncode != 0, f"gcz decode accepted {path.name}"
+    return r.stderr
+
+
+x_varint = np.zeros(1000, np.float32)
+x_varint[[5, 100, 700]] = [3, -2, 1]
+x_bitmap = np.zeros(13, np.float32)
+x_bitmap[[2, 9]] = [1, -1]
+# (id, input, replacement indices stream, topk.md rule number); gcz writes 00 06 5f d8 04 (varint,
+# deltas 6, 95, 600 for k = 3 of n = 1000) and 01 04 02 (bitmap, k = 2 of n = 13).
+HOSTILE_TOPK = [
+    ("missing-tag", x_varint, "", 2),
+    ("unknown-tag", x_varint, "02 06 5f d8 04", 3),
+    ("truncated-varint", x_varint, "00 06 5f d8 84", 4),
+    ("overlong-varint", x_varint, "00 86 00 5f d8 04", 5),
+    ("repeated-index", x_varint, "00 06 00 5f", 6),
+    ("index-past-n", x_varint, "00 06 5f 88 07", 7),
+    ("too-few-indices", x_varint, "00 06 d8 04", 8),
+    ("bytes-after-k", x_varint, "00 06 5f d8 04 00", 8),
+    ("bitmap-short", x_bitmap, "01 04", 9),
+    ("bitmap-bit-past-n", x_bitmap, "01 04 22", 10),
+    ("bitmap-count", x_bitmap, "01 05 02", 11),
+]
+
+
+@pytest.mark.parametrize("case,x,stream,rule", HOSTILE_TOPK, ids=[c[0] for c in HOSTILE_TOPK])
+def test_rejects_hostile_topk_indices(tmp_path, case, x, stream, rule):
+    spec = "topk:k=3" if x is x_varint else "topk:k=2"
+    data = _victim(tmp_path, x, spec)
+    path = tmp_path / f"{case}.gcz"
+    path.write_bytes(_with_stream(data, "indices", bytes.fromhex(stream)))
+    with GczFile(path) as f:  # the structure is fine
+        with pytest.raises(GczFormatError) as ei:
+            f.read("t")
+        with pytest.raises(GczFormatError):
+            f.verify()
+    assert ei.value.rule == "bad-stream-data"
+    msg = str(ei.value)
+    assert msg.startswith("bad-stream-data: tensor 't': topk: stream 'indices': ")
+    assert f"rule {rule})" in msg, msg
+    assert "topk" in _cpp_decode_fails(path, tmp_path)
+
+
+def test_topk_indices_either_encoding_and_bound(tmp_path):
+    """A decoder accepts the varint form where the encoder chose the bitmap (within the bound);
+    a stream longer than the bound is a stream-size error in both readers."""
+    data = _victim(tmp_path, x_bitmap, "topk:k=2")
+    path = tmp_path / "varint.gcz"
+    path.write_bytes(data)
+    with GczFile(path) as f:
+        assert f.read_stream("t", "indices") == bytes.fromhex("010402")
+    path.write_bytes(_with_stream(data, "indices", bytes.fromhex("00 03 07")))
+    out = check_against_cpp(path, tmp_path)
+    assert np.array_equal(out["t"].view(np.float32), x_bitmap)
+    path.write_bytes(_with_stream(data, "indices", bytes.fromhex("00 03 07 00")))
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert ei.value.rule == "stream-size"
+    assert "stream-size:" in _cpp_decode_fails(path, tmp_path)
+
+
+def test_topk_indices_unit():
+    ti = gczread.topk_indices
+    b = lambda h: np.frombuffer(bytes.fromhex(h), np.uint8)  # noqa: E731
+    assert ti(b("00 06 5f d8 04"), 1000, 3).tolist() == [5, 100, 700]
+    assert ti(b("01 04 02"), 13, 2).tolist() == [2, 9]
+    assert ti(b(""), 0, 0).tolist() == []
+    n = 1 << 40
+    big = lambda v: bytes([(v >> (7 * i) & 0x7F) | (0x80 if v >> (7 * i + 7) else 0)  # noqa: E731
+                           for i in range(max(1, -(-v.bit_length() // 7)))]).hex()
+    assert ti(b("00" + big(n - 1) + big(1)), n, 2).tolist() == [n - 2, n - 1]
+    # a delta that would wrap around 2^64 back to a lower index (a descending list)
+    with pytest.raises(ValueError, match="rule 7"):
+        ti(b("00" + big(1 << 39) + big((1 << 64) - (1 << 38)) + big(1)), n, 3)
+    with pytest.raises(ValueError, match="rule 5"):  # 65 bits
+        ti(b("00" + "ff" * 9 + "02" + "01"), n, 2)
+    with pytest.raises(ValueError, match="rule 1"):
+        ti(b("00 01"), 0, 0)
+
+
+# (id, spec, stream, replacement bytes) for the 13 elements X13
+HOSTILE_QUANT = [
+    ("qsgd-nan-scale", "qsgd:bits=3,group=5", "scales", "0000c07f 0000803f 0000803f"),
+    ("qsgd-negative-scale", "qsgd:bits=3,group=5", "scales", "0000803f 000080bf 0000803f"),
+    ("qsgd-inf-bf16-scale", "qsgd:bits=3,group=5,scale_dtype=bf16", "scales", "803f 807f 803f"),
+    ("qsgd-padding-bits", "qsgd:bits=3,group=5", "codes", "bfdd229a f4"),
+    ("terngrad-byte-243", "terngrad", "trits", "f3 00 00"),
+    ("terngrad-base3-padding", "terngrad", "trits", "00 00 51"),
+    ("terngrad-2bit-code-3", "terngrad:packing=2bit", "trits", "03 00 00 00"),
+    ("terngrad-2bit-padding", "terngrad:packing=2bit", "trits", "00 00 00 04"),
+    ("terngrad-nan-scale", "terngrad", "scales", "0100c0ff"),
+]
+X13 = np.linspace(-1, 1, 13)
+
+
+@pytest.mark.parametrize("case,spec,stream,new", HOSTILE_QUANT, ids=[c[0] for c in HOSTILE_QUANT])
+def test_rejects_hostile_quantizer_streams(tmp_path, case, spec, stream, new):
+    path = tmp_path / f"{case}.gcz"
+    path.write_bytes(_with_stream(_victim(tmp_path, X13, spec), stream, bytes.fromhex(new)))
+    with GczFile(path) as f:
+        with pytest.raises(GczFormatError) as ei:
+            f.read("t")
+    assert ei.value.rule == "bad-stream-data"
+    assert str(ei.value).startswith(f"bad-stream-data: tensor 't': {spec.split(':')[0]}: ")
+    _cpp_decode_fails(path, tmp_path)
+
+
+def test_odd_but_valid_streams_match_cpp(tmp_path):
+    """Streams the encoder never writes but the decoding rules accept: -0 and +0 scales with
+    nonzero codes, sign bits on level 0, trits under a zero scale: same bits as gcz."""
+    cases = [("qsgd:bits=3,group=5", "scales", "00000080 0000803f 0000803f"),
+             ("qsgd:bits=3,group=5", "scales", "00000000 0000803f 0000803f"),
+             ("qsgd:bits=3,group=5", "codes", "24 49 92 24 01"),
+             ("terngrad", "scales", "00000080"),
+             ("terngrad:scale=group,group=4", "scales", "00000000 0000803f 00000080 0000803f")]
+    for i, (spec, stream, new) in enumerate(cases):
+        path = tmp_path / f"odd{i}.gcz"
+        path.write_bytes(_with_stream(_victim(tmp_path, X13, spec), stream, bytes.fromhex(new)))
+        check_against_cpp(path, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------
+# 7. codec parameters in the index
+
+
+PARAM_EDITS = [
+    ("qsgd", lambda p: p.update(foo=1), "unknown-codec"),
+    ("qsgd", lambda p: p.update(bits=9), "unknown-codec"),
+    ("qsgd", lambda p: p.update(bits=8.0), "unknown-codec"),
+    ("qsgd", lambda p: p.update(group=(1 << 24) + 1), "unknown-codec"),
+    ("qsgd", lambda p: p.update(scale_dtype="fp64"), "unknown-codec"),
+    ("qsgd", lambda p: p.update(bits=None), "index-schema"),
+    ("terngrad", lambda p: p.update(group=5), "unknown-codec"),
+    ("terngrad", lambda p: p.update(clip=-1), "unknown-codec"),
+    ("terngrad", lambda p: p.update(clip="2.5"), "unknown-codec"),
+    ("topk", lambda p: p.update(k=3), "unknown-codec"),
+    ("topk", lambda p: p.update(ratio=0), "unknown-codec"),
+    ("topk", lambda p: p.update(ratio=1.0000000000000002), "unknown-codec"),
+    ("topk", lambda p: p.update(values="fp32+zstd"), "unknown-codec"),
+    ("topk", lambda p: p.update(values="(fp32)"), "unknown-codec"),
+    ("topk", lambda p: p.update(values="qsgd:bits=8.0"), "unknown-codec"),
+    ("topk", lambda p: p.update(values="randomk:ratio=nan"), "unknown-codec"),
+    ("topk", lambda p: p.update(values="zstd"), "unknown-codec"),
+    ("topk", lambda p: p.update(values="qsgd"), "bad-streams"),
+    ("topk", lambda p: p.update(ratio=0.5), "stream-size"),
+    ("randomk", lambda p: p.update(scale="biased"), "unknown-codec"),
+    ("powersgd", lambda p: p.update(fallback="powersgd"), "unknown-codec"),
+    ("powersgd", lambda p: p.update(rank=3), "stream-size"),
+    ("powersgd", lambda p: p.update(min_rate=1000), "stream-size"),  # not eligible
+]
+
+
+@pytest.fixture(scope="module")
+def param_victims(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("params")
+    d = tmp / "in"
+    d.mkdir()
+    np.save(d / "m.npy", np.random.default_rng(0).standard_normal((40, 30)).astype(np.float32))
+    return {c: encode_seed(tmp, d, c, "p").read_bytes()
+            for c in ("qsgd", "terngrad", "topk", "randomk", "powersgd")}
+
+
+@pytest.mark.parametrize("i", range(len(PARAM_EDITS)))
+def test_codec_parameters_checked_like_cpp(tmp_path, param_victims, i):
+    codec, fn, rule = PARAM_EDITS[i]
+    path = tmp_path / f"param{i}.gcz"
+    path.write_bytes(_edit_index(lambda j: fn(T0(j)["codec"][0]["params"]))(param_victims[codec]))
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert ei.value.rule == rule, str(ei.value)
+    assert f"{rule}:" in _cpp_decode_fails(path, tmp_path)
+
+
+def test_missing_codec_parameters_take_their_defaults(tmp_path, param_victims):
+    for codec, data in param_victims.items():
+        path = tmp_path / f"{codec}_bare.gcz"
+        path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0].update(params={}))(data))
+        check_against_cpp(path, tmp_path)
+
+
+def test_spec_strings():
+    ps, ms = gczread.parse_spec, gczread.make_spec
+    assert ps("fp16") == ("fp16", {})
+    assert ps("topk:ratio=0.01,values=(qsgd:bits=8,group=128)") == (
+        "topk", {"ratio": "0.01", "values": "qsgd:bits=8,group=128"})
+    s = ms(*ps("randomk:k=3,values=(topk:ratio=0.5,values=(qsgd:bits=2))"), True)
+    assert s.params["k"] == 3 and s.params["scale"] == "none"
+    assert s.params["values"].params["values"] == gczread.CodecSpec("qsgd", {
+        "bits": 2, "group": 128, "scale": "max", "rounding": "stochastic", "scale_dtype": "fp32"})
+    names = [st.name for st in gczread.layout(s, "float32", (1000,))]
+    assert names == ["values.indices", "values.values.codes", "values.values.scales"]
+    # gcz writes a number holding '+' in parentheses inside a nested spec (clip=1e20 below)
+    assert ms(*ps("terngrad:clip=(1e+20)"), True).params["clip"] == 1e20
+    assert ms(*ps("terngrad:clip=9.9999999999999995e-08"), True).params["clip"] == 1e-7
+    for bad in ("", "fp32+zstd", "topk:values=(fp16", "qsgd:bits=", "qsgd:bits=8,", "qsgd:=1",
+                "qsgd:bits=8,bits=8", "Topk", "qsgd:bits= 8", "terngrad:clip=1_0",
+                "terngrad:clip=inf", "randomk:ratio=0x1p-3"):
+        with pytest.raises(GczFormatError) as ei:
+            ms(*ps(bad), True)
+        assert ei.value.rule == "unknown-codec"
+    assert gczread.sparse_k({"ratio": 0.29}, 100) == 28  # topk.md: 0.29 * 100 = 28.999...
+    assert gczread.sparse_k({"ratio": 1e-9}, 100) == 1 and gczread.sparse_k({"k": 5}, 3) == 3
+
+
+# ------------------------------------------------------------------------------------------------
+# 8. an error-feedback state file is an ordinary .gcz (CODECS.md, "Error feedback")
+
+
+def test_error_feedback_state_file(tmp_path):
+    steps = [SAMPLES / f"step_000{i}.safetensors" for i in range(3)]
+    ef = tmp_path / "ef.gcz"
+    residual = {}
+    for spec, ef_codec in (("topk:ratio=0.05", "none"), ("powersgd:rank=2", "none"),
+                           ("powersgd:rank=2,factors=(bf16)", "bf16")):
+        ef.unlink(missing_ok=True)
+        residual = {}
+        for step, src in enumerate(steps):
+            out = encode_seed(tmp_path, src, spec, f"ef{step}", 0, "--ef-state", str(ef),
+                              "--ef-codec", ef_codec)
+            check_against_cpp(ef, tmp_path)  # the EF file, read by both decoders: same bits
+            x = {k: np.frombuffer(v[2], np.float32) for k, v in read_safetensors(src).items()}
+            with GczFile(ef) as f, GczFile(out) as g:
+                assert f.metadata.get("gcz.error_feedback") == "1"
+                assert sorted(n for n in f.tensors if n.startswith("residual/")) == sorted(
+                    "residual/" + n for n in g.tensors)
+                for name in g.tensors:
+                    r = f.read(f"residual/{name}")
+                    assert r.dtype == np.float32 and r.shape == g.info(name).shape
+                    if ef_codec == "none":  # e <- x' - decode(encode(x')), x' = x + e (float32)
+                        xp = x[name] + residual.get(name, np.float32(0))
+                        assert np.array_equal(r.reshape(-1), xp - g.read(name).reshape(-1))
+                    residual[name] = r.reshape(-1)
+                    if g.info(name).element_codec == "powersgd":
+                        # state/NAME is the Q handed to the factor codec (powersgd.md, "State")
+                        q = f.read(f"state/{name}").reshape(-1)
+                        assert f.info(f"state/{name}").element_codec == "none"
+                        if "factors" in spec:  # bf16 factors
+                            stored = np.frombuffer(g.read_stream(name, "q.values"), "<u2")
+                            q = gczread.convert_bits(q.view(np.uint32), "float32", "bfloat16")
+                        else:
+                            stored = np.frombuffer(g.read_stream(name, "q.values"), "<f4")
+                        assert np.array_equal(q, stored)
+                if spec.startswith("powersgd"):
+                    assert any(n.startswith("state/") for n in f.tensors)
