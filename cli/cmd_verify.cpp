@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "common.h"
 #include "gcz/container.h"
+#include "gcz/pipeline.h"
 #include "report.h"
 
 namespace gcz::cli {
@@ -11,7 +12,9 @@ namespace gcz::cli {
 RunFn add_verify_command(CLI::App& app) {
   auto inputs = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand(
-      "verify", "Check .gcz files completely: structure, index and stream checksums, zstd frames, padding");
+      "verify",
+      "Check .gcz files completely: structure, index and stream checksums, zstd frames, padding, and every "
+      "tensor decoded through its codec");
   cmd->add_option("inputs", *inputs, "The .gcz files")->required();
   cmd->footer("Examples:\n  gcz verify grads.gcz\n  gcz verify checkpoints/*.gcz   # exit code of the first failure");
   return [inputs]() {
@@ -26,6 +29,8 @@ RunFn add_verify_command(CLI::App& app) {
           if (cb) cb(Progress{0, 1, done, total, &path});
         });
       }
+      // Then every tensor through its codec: stream contents must follow the codec's rules.
+      for (std::size_t t = 0; s && t < (*reader)->index().tensors.size(); ++t) s = check_tensor_data(**reader, t);
       progress.clear();
       if (!s) {
         const int code = report_error(s);

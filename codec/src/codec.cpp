@@ -1,6 +1,7 @@
 #include "gcz/codec.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include <xxhash.h>
 
@@ -17,9 +18,15 @@ namespace gcz {
 std::string param_to_string(const ParamValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
   if (const auto* d = std::get_if<double>(&v)) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", *d);
-    return buf;
+    // Shortest form that reads back exactly; no '+' in exponents, since '+' separates stages.
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+      std::snprintf(buf, sizeof buf, "%.*g", precision, *d);
+      if (std::strtod(buf, nullptr) == *d) break;
+    }
+    std::string out = buf;
+    if (auto e = out.find("e+"); e != std::string::npos) out.erase(e + 1, 1);
+    return out;
   }
   return std::get<std::string>(v);
 }

@@ -61,7 +61,12 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
       GCZ_RETURN_IF_ERROR(cursors[s]->read(in[s].data(), n));
       spans.emplace_back(in[s]);
     }
-    GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat.data()).with_context(where));
+    Status decoded = codec.decode(t, spans, first, count, xhat.data());
+    if (decoded.code() == StatusCode::kFormatError) {
+      // The stream passed its checksum but its contents break the codec's rules (FORMAT.md §6).
+      return Status(StatusCode::kFormatError, where + ": bad-stream-data: " + decoded.message());
+    }
+    GCZ_RETURN_IF_ERROR(decoded.with_context(where));
     GCZ_RETURN_IF_ERROR(sink(xhat.data(), count));
     progress(count * esize);
   }
@@ -109,6 +114,12 @@ Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, Dev
   };
   GCZ_RETURN_IF_ERROR(decode_chunks(reader, index, backend, sink, [](uint64_t) {}));
   return out;
+}
+
+Status check_tensor_data(const GczReader& reader, std::size_t index) {
+  if (index >= reader.index().tensors.size()) return invalid_argument("no tensor " + std::to_string(index));
+  auto discard = [](const std::byte*, uint64_t) { return Status::ok(); };
+  return decode_chunks(reader, index, Backend::kCpu, discard, [](uint64_t) {});
 }
 
 }  // namespace gcz

@@ -80,10 +80,17 @@ uint64_t u64_field(const json& obj, const char* key, const std::string& tensor) 
 Result<Params> params_from_json(const json& j, const std::string& tensor) {
   Params p;
   for (const auto& [k, v] : j.items()) {
-    if (v.is_number_integer()) p[k] = v.get<int64_t>();
-    else if (v.is_number_float()) p[k] = v.get<double>();
-    else if (v.is_string()) p[k] = v.get<std::string>();
-    else throw SchemaError{tensor, "codec parameter '" + k + "' has an unsupported type"};
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      p[k] = INT64_MAX;  // saturate: every integer parameter is bounded far below this
+    } else if (v.is_number_integer()) {
+      p[k] = v.get<int64_t>();
+    } else if (v.is_number_float()) {
+      p[k] = v.get<double>();
+    } else if (v.is_string()) {
+      p[k] = v.get<std::string>();
+    } else {
+      throw SchemaError{tensor, "codec parameter '" + k + "' has an unsupported type"};
+    }
   }
   return p;
 }

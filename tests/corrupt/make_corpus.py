@@ -442,6 +442,12 @@ def make_gcz_corpus() -> None:
     add("zstd-frame-empty-tensor-long",
         base(c=tensor("empty", "float32", [0], fp16(3), [stream(zstd_frame([("rle", 0, 4)]), 0, "zstd")])),
         "a valid frame of 4 bytes for a tensor with no elements (size 0)", "read")
+    qsgd = [{"name": "qsgd", "params": {"bits": 8, "group": 128, "scale": "max", "rounding": "nearest",
+                                        "scale_dtype": "fp32"}}]
+    add("bad-stream-data",
+        base(c=tensor("q", "float32", [4], qsgd, [stream(bytes(4), name="codes"),
+                                                 stream(struct.pack("<f", float("nan")), name="scales")])),
+        "a qsgd tensor whose checksummed scale is NaN (only the codec's decoder can see it)", "read")
     add("nonzero-padding", base(patches={100: 0x01}), "a padding byte between the first two streams is 1", "verify")
     add("nonzero-padding-tail", base(patches={255: 0x80}), "the padding byte just before the index is 0x80",
         "verify")
@@ -504,7 +510,7 @@ def rule_of(name: str) -> str:
 RULES = ("too-small", "bad-magic", "bad-version", "reserved-nonzero", "bad-end-magic", "index-too-large",
          "index-out-of-range", "index-checksum", "index-json", "index-schema", "duplicate-name", "bad-dtype",
          "bad-shape", "unknown-codec", "bad-streams", "bad-encoding", "stream-out-of-range", "stream-size",
-         "stream-checksum", "zstd-frame", "nonzero-padding")
+         "stream-checksum", "zstd-frame", "bad-stream-data", "nonzero-padding")
 
 
 def table() -> str:

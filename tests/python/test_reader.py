@@ -944,6 +944,14 @@ def test_rejects_hostile_topk_indices(tmp_path, case, x, stream, rule):
     assert msg.startswith("bad-stream-data: tensor 't': topk: stream 'indices': ")
     assert f"rule {rule})" in msg, msg
     assert "topk" in _cpp_decode_fails(path, tmp_path)
+    _assert_cpp_verify_names_bad_stream_data(path)
+
+
+def _assert_cpp_verify_names_bad_stream_data(path):
+    """gcz verify decodes every tensor, so it catches what checksums cannot, naming the rule."""
+    r = subprocess.run([str(GCZ), "verify", str(path)], capture_output=True, text=True)
+    assert r.returncode == 4, (r.returncode, r.stderr)
+    assert "bad-stream-data:" in r.stderr, r.stderr
 
 
 def test_topk_indices_either_encoding_and_bound(tmp_path):
@@ -1008,6 +1016,7 @@ def test_rejects_hostile_quantizer_streams(tmp_path, case, spec, stream, new):
     assert ei.value.rule == "bad-stream-data"
     assert str(ei.value).startswith(f"bad-stream-data: tensor 't': {spec.split(':')[0]}: ")
     _cpp_decode_fails(path, tmp_path)
+    _assert_cpp_verify_names_bad_stream_data(path)
 
 
 def test_odd_but_valid_streams_match_cpp(tmp_path):

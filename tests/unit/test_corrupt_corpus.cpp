@@ -147,12 +147,17 @@ Status read_all_streams(const GczReader& reader, std::vector<std::string>* decod
   return Status::ok();
 }
 
-// open, then verify, then every stream decoded: the first failure, or ok.
+// open, then verify, then every stream decoded, then every tensor through its codec: the first
+// failure, or ok.
 Status open_verify_decode(const std::string& path, std::vector<std::string>* decoded = nullptr) {
   auto reader = GczReader::open(path);
   if (!reader) return reader.status();
   GCZ_RETURN_IF_ERROR((*reader)->verify(nullptr));
-  return read_all_streams(**reader, decoded);
+  GCZ_RETURN_IF_ERROR(read_all_streams(**reader, decoded));
+  for (std::size_t t = 0; t < (*reader)->index().tensors.size(); ++t) {
+    GCZ_RETURN_IF_ERROR(check_tensor_data(**reader, t));
+  }
+  return Status::ok();
 }
 
 fs::path fresh_dir(const std::string& name) {
@@ -165,7 +170,7 @@ fs::path fresh_dir(const std::string& name) {
 // ------------------------------------------------------------------------------------------------
 
 TEST(CorruptCorpus, EveryRuleOfTheSpecHasAFile) {
-  ASSERT_EQ(spec_rules().size(), 21u) << "FORMAT.md §6 table not found or changed";
+  ASSERT_EQ(spec_rules().size(), 22u) << "FORMAT.md §6 table not found or changed";
   const auto files = files_in(kCorrupt / "gcz", ".gcz");
   ASSERT_FALSE(files.empty()) << "no corpus under " << kCorrupt << ": run tests/corrupt/make_corpus.py";
   for (const std::string& r : spec_rules()) {
@@ -199,6 +204,7 @@ TEST_P(CorruptGcz, OpenVerifyAndDecodeFailWithTheRule) {
 TEST_P(CorruptGcz, DecodingWithoutVerifyFailsWithTheRule) {
   auto reader = GczReader::open(path());
   Status s = reader ? read_all_streams(**reader, nullptr) : reader.status();
+  for (std::size_t t = 0; s && t < (*reader)->index().tensors.size(); ++t) s = check_tensor_data(**reader, t);
   if (rule() == "nonzero-padding") {
     if (!s.is_ok()) expect_rejected(s, "decode");
     return;

@@ -102,6 +102,10 @@ struct DecodeOptions {
 // Decodes `input` (.gcz) into `output`, a tensor file whose format follows its extension.
 Status decode_file(const std::string& input, const std::string& output, const DecodeOptions& options);
 
+// Decodes tensor `index` through its codec and discards the result: checks what checksums cannot,
+// that the streams' contents follow the codec's rules (FORMAT.md §6, bad-stream-data).
+Status check_tensor_data(const GczReader& reader, std::size_t index);
+
 // Decodes tensor `index` of an open file into memory: its elements in its dtype, C order.
 Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, DeviceRequest device = DeviceRequest::kCpu);
 
