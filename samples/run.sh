@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the bundled sample gradients: installs what is missing, builds gcz (Release), then
-# measures a few codecs, encodes one file, shows and verifies it, and decodes it back.
+# measures every codec, encodes one file with a hybrid codec, shows and verifies it, decodes it back,
+# and runs three training steps with and without error feedback.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -10,14 +11,17 @@ out="$root/build/samples"
 mkdir -p "$out"
 step="samples/grads/step_0000.safetensors"
 
-for spec in fp16 bf16 bf16+zstd; do
-  echo "== gcz eval $step -c $spec"
-  "$gcz" eval "$step" -c "$spec"
-  echo
+echo "== gcz eval $step -c SPEC   (the TOTAL row of each report)"
+for spec in fp16 bf16+zstd qsgd 'qsgd:bits=4' terngrad+zstd topk randomk powersgd \
+            'topk:ratio=0.01,values=(qsgd:bits=8)+zstd' 'powersgd:rank=4,factors=(bf16)'; do
+  printf '%-42s ' "$spec"
+  "$gcz" eval "$step" -c "$spec" 2>/dev/null | tail -n 1 | sed 's/^TOTAL *//'
 done
+echo
 
-echo "== gcz encode $step -o $out/step_0000.gcz -c bf16+zstd --rule '*.bias=none' --min-numel 256"
-"$gcz" encode "$step" -o "$out/step_0000.gcz" -c bf16+zstd --rule '*.bias=none' --min-numel 256 \
+spec='topk:ratio=0.05,values=(qsgd:bits=8)+zstd'
+echo "== gcz encode $step -o $out/step_0000.gcz -c '$spec' --rule '*.bias=none' --min-numel 256"
+"$gcz" encode "$step" -o "$out/step_0000.gcz" -c "$spec" --rule '*.bias=none' --min-numel 256 \
   --meta source="$step"
 echo
 echo "== gcz info $out/step_0000.gcz"
@@ -29,3 +33,11 @@ echo
 echo "== gcz decode -> $out/step_0000.restored.safetensors"
 "$gcz" decode "$out/step_0000.gcz" -o "$out/step_0000.restored.safetensors"
 ls -l "$step" "$out/step_0000.gcz" "$out/step_0000.restored.safetensors"
+echo
+
+for ef in "" "--ef"; do
+  echo "== gcz eval --steps samples/grads/step_000{0,1,2}.safetensors -c topk $ef   (summary)"
+  "$gcz" eval --steps samples/grads/step_0000.safetensors samples/grads/step_0001.safetensors \
+    samples/grads/step_0002.safetensors -c topk $ef 2>/dev/null | sed -n '/^== summary/,$p'
+  echo
+done
