@@ -11,11 +11,12 @@ out="$root/build/samples"
 mkdir -p "$out"
 step="samples/grads/step_0000.safetensors"
 
-echo "== gcz eval $step -c SPEC   (the TOTAL row of each report)"
+echo "== gcz eval $step -c SPEC   (the TOTAL row of each report; run one for every tensor)"
+printf '%-44s %8s %8s %10s %9s %10s\n' spec ratio bits/el rel_l2 cosine norm_ratio
 for spec in fp16 bf16+zstd qsgd 'qsgd:bits=4' terngrad+zstd topk randomk powersgd \
             'topk:ratio=0.01,values=(qsgd:bits=8)+zstd' 'powersgd:rank=4,factors=(bf16)'; do
-  printf '%-42s ' "$spec"
-  "$gcz" eval "$step" -c "$spec" 2>/dev/null | tail -n 1 | sed 's/^TOTAL *//'
+  "$gcz" eval "$step" -c "$spec" --csv 2>/dev/null | awk -F, -v spec="$spec" \
+    '$1 == "TOTAL" { printf "%-44s %8.2f %8.2f %10.3e %9.5f %10.4f\n", spec, $8, $9, $10, $11, $14 }'
 done
 echo
 
