@@ -18,6 +18,8 @@ RunFn add_encode_command(CLI::App& app) {
   add_encode_options(*cmd, a->encode);
   cmd->add_option("-o,--output", a->output, "The .gcz file to write (replaced atomically; nothing is left on failure)")
       ->required();
+  cmd->add_option("--meta", a->encode.meta,
+                  "Free-form KEY=VALUE metadata stored in the file; repeatable. Example: --meta step=1200");
   cmd->add_option("--ef-state", a->ef_state,
                   "Error feedback: add the residuals stored in this .gcz to the gradients before encoding, then "
                   "rewrite it (atomically, after OUTPUT) with the new residuals and PowerSGD's Q. Created if missing");
