@@ -39,10 +39,11 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
   for (const std::string& n : codec.stream_names(t)) rec.streams.push_back({.name = n});
   GCZ_RETURN_IF_ERROR(writer_.begin_tensor(rec));
 
-  // Chunks (and thread pieces) start at multiples of L: whole codec units and whole metric blocks.
+  // Chunks are whole codec units. Thread pieces after the first start at multiples of L, whole units
+  // and whole metric blocks, so their metrics can be appended in order.
   const uint64_t unit = codec.chunk_unit();
   const uint64_t L = unit == 0 ? 0 : std::lcm(unit, MetricsAccumulator::kBlock);
-  const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1) : std::max(L, chunk_elements_ / L * L);
+  const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1) : std::max(unit, chunk_elements_ / unit * unit);
   const unsigned threads = unit == 0 ? 1u : threads_;
   std::vector<std::unique_ptr<Codec>> extra;  // one codec per extra thread
   for (unsigned k = 1; k < threads; ++k) {
@@ -59,21 +60,23 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
   for (uint64_t first = 0; first < numel; first += chunk) {
     const uint64_t count = std::min(chunk, numel - first);
     GCZ_RETURN_IF_ERROR(src.read(first, count, in_.data()));
-    // Pieces: boundaries at multiples of L, so each thread's output is what one pass would write there.
+    // Pieces: inner boundaries at multiples of L, so each thread's output is what one pass would write
+    // there. The first piece measures into `acc` directly; the others into their own accumulators.
     std::vector<uint64_t> bounds = {first};
     for (unsigned k = 1; k < threads; ++k) {
-      const uint64_t b = first + (count * k / threads) / L * L;
-      if (b > bounds.back()) bounds.push_back(b);
+      const uint64_t b = (first + count * k / threads) / L * L;
+      if (b > bounds.back() && b < first + count) bounds.push_back(b);
     }
     bounds.push_back(first + count);
     const std::size_t pieces = bounds.size() - 1;
     std::vector<MetricsAccumulator> accs;
-    for (std::size_t k = 0; k < pieces; ++k) accs.emplace_back(bounds[k]);
+    for (std::size_t k = 1; k < pieces; ++k) accs.emplace_back(bounds[k]);
     std::vector<Status> status(pieces);
     auto work = [&](std::size_t k) {
       Codec& c = k == 0 ? codec : *extra[k - 1];
+      MetricsAccumulator& a = k == 0 ? acc : accs[k - 1];
       for (ByteBuffer& b : outs[k]) b.clear();
-      status[k] = encode_piece(c, t, first, bounds[k], bounds[k + 1] - bounds[k], extras.reference, outs[k], accs[k]);
+      status[k] = encode_piece(c, t, first, bounds[k], bounds[k + 1] - bounds[k], extras.reference, outs[k], a);
     };
     std::vector<std::thread> pool;
     for (std::size_t k = 1; k < pieces; ++k) pool.emplace_back(work, k);
@@ -85,7 +88,7 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
       for (std::size_t k = 1; k < pieces; ++k) outs[0][s].insert(outs[0][s].end(), outs[k][s].begin(), outs[k][s].end());
       GCZ_RETURN_IF_ERROR(writer_.append(s, outs[0][s]));
     }
-    for (std::size_t k = 0; k < pieces; ++k) acc.append(std::move(accs[k]));
+    for (MetricsAccumulator& a : accs) acc.append(std::move(a));
     if (extras.on_decoded) extras.on_decoded(first, count, xhat_.data());
     src.release(first + count);
     progress(count * esize);

@@ -173,18 +173,21 @@ TEST(Pipeline, BytesDoNotDependOnTheThreadCount) {
   write_inputs(d / "in.safetensors", {{"a", DType::kFloat32, {300000}}, {"b", DType::kBFloat16, {70000, 3}}}, values);
   EncodeOptions o;
   o.device = DeviceRequest::kCpu;
-  o.chunk_elements = 1 << 17;  // several chunks, each split over the threads
   for (const char* spec : {"fp16", "bf16+zstd", "qsgd:bits=4,group=100", "terngrad:scale=group,group=50+zstd"}) {
     o.spec = spec;
-    std::vector<std::vector<char>> files;
-    for (unsigned threads : {1u, 2u, 3u}) {
-      o.threads = threads;
-      const fs::path out = d / ("t" + std::to_string(threads) + ".gcz");
-      ASSERT_TRUE(encode_files({(d / "in.safetensors").string()}, out.string(), o));
-      files.push_back(file_bytes(out));
+    // Several chunks, each split over the threads; chunk starts on and off metric-block boundaries.
+    for (uint64_t chunk : {uint64_t{1} << 17, uint64_t{100000}}) {
+      o.chunk_elements = chunk;
+      std::vector<std::vector<char>> files;
+      for (unsigned threads : {1u, 2u, 3u}) {
+        o.threads = threads;
+        const fs::path out = d / ("t" + std::to_string(threads) + ".gcz");
+        ASSERT_TRUE(encode_files({(d / "in.safetensors").string()}, out.string(), o));
+        files.push_back(file_bytes(out));
+      }
+      EXPECT_EQ(files[0], files[1]) << spec << " chunk " << chunk;
+      EXPECT_EQ(files[0], files[2]) << spec << " chunk " << chunk;
     }
-    EXPECT_EQ(files[0], files[1]) << spec;
-    EXPECT_EQ(files[0], files[2]) << spec;
   }
 }
 
