@@ -44,7 +44,7 @@ RunFn add_bench_command(CLI::App& app) {
     o.device = *device;
     auto r = run_bench(a->specs, o);
     if (!r) return report_error(r.status());
-    std::printf("data: %s in %llu tensor(s)%s, backend %s, best of %d runs\n", human_bytes(r->input_bytes).c_str(),
+    std::printf("data: %s in %llu tensor(s)%s, backend %s, best of %d timed runs after a warm-up\n", human_bytes(r->input_bytes).c_str(),
                 static_cast<unsigned long long>(r->tensors), a->inputs.empty() ? " (synthetic float32)" : "",
                 std::string(backend_name(r->backend)).c_str(), a->repeats);
     std::printf("memcpy (1 thread): %.2f GB/s\n\n", r->memcpy_gbps);

@@ -26,9 +26,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Best wall time of `repeats` runs of f.
+// Best wall time of `repeats` runs of f, after one untimed run that touches every buffer (so no
+// timed run pays for first-touch page faults).
 template <class F>
 Result<double> best_time(int repeats, F f) {
+  GCZ_RETURN_IF_ERROR(f());
   double best = INFINITY;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
