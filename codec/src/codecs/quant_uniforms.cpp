@@ -1,8 +1,9 @@
 // Philox4x32-10 across several blocks at once. The vector lanes hold different blocks (counters), so
 // each lane computes exactly gcz::detail::philox4x32_10; the four output words of each block are then
 // transposed into element order (draw i is word i mod 4 of block i / 4) and mapped to [0, 1) like
-// Rng::to_uniform. x86 lacks a 32x32->64 multiply on all lanes: even lanes and odd lanes are
-// multiplied separately (pmuludq) and their high and low halves recombined.
+// Rng::to_uniform. x86 lacks a 32x32->64 multiply on all lanes: the SSE2 path multiplies even lanes
+// and odd lanes separately (pmuludq) and recombines their high and low halves; the AVX2 path keeps
+// one block per 64-bit lane instead (see blocks_avx2).
 #include "codecs/quant_uniforms.h"
 
 #include <atomic>
@@ -65,67 +66,85 @@ void blocks4(uint64_t b, uint32_t k0, uint32_t k1, uint32_t purpose, float* u) {
   _mm_storeu_ps(u + 12, r3);
 }
 
-__attribute__((target("avx2"))) inline __m256 to_uniform8(__m256i w) {
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
+// The AVX2 kernel keeps each 32-bit word of a block in the low half of a 64-bit lane (the high half
+// is don't-care: vpmuludq reads only the low halves), four blocks to a register. Then one vpmuludq
+// gives the whole 64-bit product: its low half already is `lo`, and one shift gives `hi`, with no
+// re-interleaving of even and odd lanes in any round. kSets independent groups of four blocks are in
+// flight at once so that one group's multiply latency overlaps the others' work. Within a group the
+// 64-bit lanes hold blocks (0, 2, 1, 3), so that two shuffles put the words in element order.
+constexpr int kSets = 6;
+constexpr int kBlocksPerCall = 4 * kSets;
+
+struct Keys8 {
+  __m256i k0[10], k1[10];  // round r's key words, broadcast
+  __m256i round0_c0;       // round 0's hi(purpose * M1) ^ k0 (c2 = purpose is the same for every block)
+  __m256i round1_c1k;      // round 0's lo(purpose * M1), which is round 1's c1, ^ round 1's k0
+};
+
+__attribute__((target("avx2"))) void make_keys8(uint32_t k0, uint32_t k1, uint32_t purpose, Keys8& keys) {
+  for (int r = 0; r < 10; ++r) {
+    keys.k0[r] = _mm256_set1_epi32(static_cast<int>(k0 + static_cast<uint32_t>(r) * kW0));
+    keys.k1[r] = _mm256_set1_epi32(static_cast<int>(k1 + static_cast<uint32_t>(r) * kW1));
+  }
+  uint32_t hi1, lo1;
+  mulhilo32(kM1, purpose, hi1, lo1);
+  keys.round0_c0 = _mm256_set1_epi32(static_cast<int>(hi1 ^ k0));
+  keys.round1_c1k = _mm256_set1_epi32(static_cast<int>(lo1 ^ (k0 + kW0)));
 }
 
-// hi and lo halves of a * m on eight lanes: even lanes and odd lanes multiplied separately, then blended.
-__attribute__((target("avx2"))) inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
-  const __m256i even = _mm256_mul_epu32(a, m);
-  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-  hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-  lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-}
-// The counters (low and high words) of blocks b .. b + 7.
-__attribute__((target("avx2"))) inline void counters8(uint64_t b, __m256i& c0, __m256i& c1) {
-  alignas(32) uint32_t lo[8], hi[8];
-  for (int k = 0; k < 8; ++k) {
-    lo[k] = static_cast<uint32_t>(b + k);
-    hi[k] = static_cast<uint32_t>((b + k) >> 32);
+// Blocks b .. b + kBlocksPerCall - 1 -> u[0 .. 4 * kBlocksPerCall).
+__attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const Keys8& keys, float* u) {
+  const __m256i m0 = _mm256_set1_epi64x(kM0), m1 = _mm256_set1_epi64x(kM1);
+  const __m256i order = _mm256_set_epi64x(3, 1, 2, 0);
+  __m256i c0[kSets], c1[kSets], c2[kSets], c3[kSets];
+  // Round 0: c2 = purpose and c3 = 0 for every block, so purpose * M1 is a constant.
+#pragma GCC unroll 8
+  for (int s = 0; s < kSets; ++s) {
+    const __m256i ctr = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(b + 4 * s)), order);
+    const __m256i p0 = _mm256_mul_epu32(ctr, m0);
+    c0[s] = _mm256_xor_si256(keys.round0_c0, _mm256_srli_epi64(ctr, 32));
+    c2[s] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), keys.k1[0]);
+    c3[s] = p0;
   }
-  c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
-  c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
-}
-// Words c0..c3 of blocks b .. b + 7 -> u[0 .. 32) in element order.
-__attribute__((target("avx2"))) inline void store8(__m256i c0, __m256i c1, __m256i c2, __m256i c3, float* u) {
-  const __m256 r0 = to_uniform8(c0), r1 = to_uniform8(c1), r2 = to_uniform8(c2), r3 = to_uniform8(c3);
-  // 4x4 transposes within each 128-bit half: t_k = (block k | block k + 4).
-  const __m256 a = _mm256_unpacklo_ps(r0, r1), b = _mm256_unpackhi_ps(r0, r1);
-  const __m256 c = _mm256_unpacklo_ps(r2, r3), d = _mm256_unpackhi_ps(r2, r3);
-  const __m256 t0 = _mm256_shuffle_ps(a, c, 0x44), t1 = _mm256_shuffle_ps(a, c, 0xEE);
-  const __m256 t2 = _mm256_shuffle_ps(b, d, 0x44), t3 = _mm256_shuffle_ps(b, d, 0xEE);
-  _mm256_storeu_ps(u, _mm256_permute2f128_ps(t0, t1, 0x20));
-  _mm256_storeu_ps(u + 8, _mm256_permute2f128_ps(t2, t3, 0x20));
-  _mm256_storeu_ps(u + 16, _mm256_permute2f128_ps(t0, t1, 0x31));
-  _mm256_storeu_ps(u + 24, _mm256_permute2f128_ps(t2, t3, 0x31));
-}
-// Blocks b .. b + 15 -> u[0 .. 64): two independent sets of eight lanes, so one set's multiplies
-// overlap the other's latency. keys[2r], keys[2r + 1] are round r's key words.
-__attribute__((target("avx2"))) void blocks16(uint64_t b, const uint32_t* keys, uint32_t purpose, float* u) {
-  __m256i a0, a1, b0, b1;
-  counters8(b, a0, a1);
-  counters8(b + 8, b0, b1);
-  __m256i a2 = _mm256_set1_epi32(static_cast<int>(purpose)), a3 = _mm256_setzero_si256(), b2 = a2, b3 = a3;
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0)), m1 = _mm256_set1_epi32(static_cast<int>(kM1));
-  for (int round = 0; round < 10; ++round) {
-    const __m256i k0 = _mm256_set1_epi32(static_cast<int>(keys[2 * round]));
-    const __m256i k1 = _mm256_set1_epi32(static_cast<int>(keys[2 * round + 1]));
-    __m256i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
-    mulhilo8(a0, m0, ahi0, alo0);
-    mulhilo8(b0, m0, bhi0, blo0);
-    mulhilo8(a2, m1, ahi1, alo1);
-    mulhilo8(b2, m1, bhi1, blo1);
-    a0 = _mm256_xor_si256(_mm256_xor_si256(ahi1, a1), k0);
-    b0 = _mm256_xor_si256(_mm256_xor_si256(bhi1, b1), k0);
-    a2 = _mm256_xor_si256(_mm256_xor_si256(ahi0, a3), k1);
-    b2 = _mm256_xor_si256(_mm256_xor_si256(bhi0, b3), k1);
-    a1 = alo1;
-    b1 = blo1;
-    a3 = alo0;
-    b3 = blo0;
+  // Round 1: c1 is round 0's constant lo(purpose * M1).
+#pragma GCC unroll 8
+  for (int s = 0; s < kSets; ++s) {
+    const __m256i p0 = _mm256_mul_epu32(c0[s], m0);
+    const __m256i p1 = _mm256_mul_epu32(c2[s], m1);
+    c0[s] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), keys.round1_c1k);
+    c2[s] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), _mm256_xor_si256(c3[s], keys.k1[1]));
+    c1[s] = p1;
+    c3[s] = p0;
   }
-  store8(a0, a1, a2, a3, u);
-  store8(b0, b1, b2, b3, u + 32);
+#pragma GCC unroll 10
+  for (int round = 2; round < 9; ++round) {
+#pragma GCC unroll 8
+    for (int s = 0; s < kSets; ++s) {
+      const __m256i p0 = _mm256_mul_epu32(c0[s], m0);
+      const __m256i p1 = _mm256_mul_epu32(c2[s], m1);
+      c0[s] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), _mm256_xor_si256(c1[s], keys.k0[round]));
+      c2[s] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), _mm256_xor_si256(c3[s], keys.k1[round]));
+      c1[s] = p1;
+      c3[s] = p0;
+    }
+  }
+  // Round 9, straight into element order: (c1 ^ k0) << 32 ^ p1 is (lo(p1), hi(p1) ^ c1 ^ k0), that is
+  // the new (c1, c0) in the low and high halves of each 64-bit lane; likewise (c3, c2). One shuffle per
+  // two blocks puts each block's words in order c0, c1, c2, c3.
+  const __m256 scale = _mm256_set1_ps(1.0f / 16777216.0f);
+#pragma GCC unroll 8
+  for (int s = 0; s < kSets; ++s) {
+    const __m256i p0 = _mm256_mul_epu32(c0[s], m0);
+    const __m256i p1 = _mm256_mul_epu32(c2[s], m1);
+    const __m256 w10 = _mm256_castsi256_ps(
+        _mm256_xor_si256(p1, _mm256_slli_epi64(_mm256_xor_si256(c1[s], keys.k0[9]), 32)));
+    const __m256 w32 = _mm256_castsi256_ps(
+        _mm256_xor_si256(p0, _mm256_slli_epi64(_mm256_xor_si256(c3[s], keys.k1[9]), 32)));
+    const __m256i lo = _mm256_castps_si256(_mm256_shuffle_ps(w10, w32, _MM_SHUFFLE(0, 1, 0, 1)));  // blocks 0, 1
+    const __m256i hi = _mm256_castps_si256(_mm256_shuffle_ps(w10, w32, _MM_SHUFFLE(2, 3, 2, 3)));  // blocks 2, 3
+    _mm256_storeu_ps(u + 16 * s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 8)), scale));
+    _mm256_storeu_ps(u + 16 * s + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 8)), scale));
+  }
 }
 #endif
 
@@ -154,12 +173,9 @@ void fill_uniforms(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_
 #if defined(__x86_64__)
   const uint32_t k0 = static_cast<uint32_t>(seed ^ tensor_key), k1 = static_cast<uint32_t>((seed ^ tensor_key) >> 32);
   if (cpu_has_avx2()) {
-    uint32_t keys[20];
-    for (int r = 0; r < 10; ++r) {
-      keys[2 * r] = k0 + static_cast<uint32_t>(r) * kW0;
-      keys[2 * r + 1] = k1 + static_cast<uint32_t>(r) * kW1;
-    }
-    for (; k + 64 <= n; k += 64) blocks16((first + k) / 4, keys, purpose, u + k);
+    Keys8 keys;
+    make_keys8(k0, k1, purpose, keys);
+    for (; k + 4 * kBlocksPerCall <= n; k += 4 * kBlocksPerCall) blocks_avx2((first + k) / 4, keys, u + k);
   }
   for (; k + 16 <= n; k += 16) blocks4((first + k) / 4, k0, k1, purpose, u + k);
 #endif

@@ -1,6 +1,6 @@
 // Bulk uniform draws for the stochastic quantizers (QSGD, TernGrad) on the CPU: exactly
 // Rng(seed, tensor_key, purpose).uniform(i) for a run of element indices, computed four Philox blocks
-// (SSE2) or eight (AVX2, chosen at run time) at once. Integer math only, so the values do not depend
+// (SSE2) or 24 (AVX2, chosen at run time) at once. Integer math only, so the values do not depend
 // on the instruction set.
 //
 //   std::vector<float> u(n);
