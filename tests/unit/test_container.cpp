@@ -1,3 +1,4 @@
+#include "scratch_dir.h"
 #include "gcz/container.h"
 
 #include <gtest/gtest.h>
@@ -15,12 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("gcz_container_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return gcz::testing::scratch_dir("container_" + name); }
 
 ByteBuffer bytes_of(const std::vector<uint16_t>& v) {
   ByteBuffer b(v.size() * 2);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.h"
 #include "gcz/container.h"
 #include "gcz/pipeline.h"
 #include "gcz/tensor_io.h"
@@ -160,12 +161,7 @@ Status open_verify_decode(const std::string& path, std::vector<std::string>* dec
   return Status::ok();
 }
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("gcz_corrupt_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return gcz::testing::scratch_dir("corrupt_" + name); }
 
 // ------------------------------------------------------------------------------------------------
 

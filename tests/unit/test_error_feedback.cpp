@@ -1,5 +1,6 @@
 // Error feedback across steps: the residual bookkeeping, the state file, and the property that the
 // sum of decoded steps tracks the sum of true gradients.
+#include "scratch_dir.h"
 #include "gcz/error_feedback.h"
 
 #include <gtest/gtest.h>
@@ -16,12 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("gcz_ef_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return gcz::testing::scratch_dir("ef_" + name); }
 
 // Writes one step: tensors "w" (shape {rows, 16}) and "b" ({16}) of seeded Gaussian values.
 fs::path write_step(const fs::path& dir, int step, uint64_t rows = 32) {

@@ -2,7 +2,6 @@
 // including IEEE half and bfloat16, big-endian storage, scalar and empty datasets, non-float datasets),
 // ranged reads across hyperslab boundaries, and writer round trips.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #if __has_include(<hdf5.h>)
 #include <hdf5.h>
@@ -14,6 +13,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "scratch_dir.h"
 #include "gcz/tensor_io.h"
 
 namespace gcz {
@@ -45,16 +45,8 @@ void add_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type, 
   H5Pclose(lcpl);
 }
 
-class Hdf5Test : public ::testing::Test {
+class Hdf5Test : public gcz::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "gcz_h5_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-           std::to_string(::getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   template <class T>
   std::vector<T> read_all(TensorFileReader& reader, std::size_t i) {
     auto src = reader.open(i);
@@ -66,7 +58,6 @@ class Hdf5Test : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
 };
 
 TEST_F(Hdf5Test, ReadsFloatDatasetsInNestedGroupsAndSkipsOthers) {

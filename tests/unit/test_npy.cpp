@@ -1,7 +1,6 @@
 // .npy reading and writing: header versions and dict variants, dtypes, byte order, Fortran order, 0-d and
 // empty arrays, non-floating arrays, hostile headers, and writer round trips.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -9,6 +8,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "scratch_dir.h"
 #include "gcz/detail/float_bits.h"
 #include "gcz/tensor_io.h"
 #include "npy.h"
@@ -40,16 +40,8 @@ std::string dict_for(const std::string& descr, const std::string& shape, bool fo
   return "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") + ", 'shape': " + shape + ", }";
 }
 
-class NpyTest : public ::testing::Test {
+class NpyTest : public gcz::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "gcz_npy_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-           std::to_string(::getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& bytes) {
     const std::string p = dir_ + "/" + name;
     std::ofstream(p, std::ios::binary) << bytes;
@@ -89,7 +81,6 @@ class NpyTest : public ::testing::Test {
     return names;
   }
 
-  std::string dir_;
 };
 
 TEST_F(NpyTest, ReadsFloat32Version1) {

@@ -4,12 +4,12 @@
 #include <gtest/gtest.h>
 #include <minizip/unzip.h>
 #include <minizip/zip.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 
+#include "scratch_dir.h"
 #include "gcz/tensor_io.h"
 #include "npy.h"
 
@@ -60,16 +60,8 @@ void write_zip(const std::string& path, const std::vector<ZipMember>& members) {
   ASSERT_EQ(zipClose(zf, nullptr), ZIP_OK);
 }
 
-class NpzTest : public ::testing::Test {
+class NpzTest : public gcz::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "gcz_npz_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-           std::to_string(::getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::unique_ptr<TensorFileReader> open_ok(const std::string& path) {
     auto r = open_tensor_file(path, {});
     EXPECT_TRUE(r) << r.status().message();
@@ -87,7 +79,6 @@ class NpzTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
 };
 
 std::vector<float> ramp(std::size_t n) {

@@ -1,5 +1,6 @@
 // encode_files / decode_file end to end through real files: codec x dtype x shape round trips,
 // determinism, chunking, rules, and the no-partial-output guarantee.
+#include "scratch_dir.h"
 #include "gcz/pipeline.h"
 
 #include <gtest/gtest.h>
@@ -21,12 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("gcz_pipeline_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return gcz::testing::scratch_dir("pipeline_" + name); }
 
 // Deterministic test values in `dtype`, beginning with special values the codecs must carry.
 ByteBuffer make_values(DType dtype, uint64_t n, uint32_t seed) {

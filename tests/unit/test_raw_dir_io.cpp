@@ -1,12 +1,12 @@
 // Raw binary and directory I/O, plus what every path gets: format detection, missing files and unknown
 // extensions.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 
+#include "scratch_dir.h"
 #include "gcz/tensor_io.h"
 
 namespace gcz {
@@ -19,16 +19,8 @@ std::string bytes_of(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
-class IoTestBase : public ::testing::Test {
+class IoTestBase : public gcz::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "gcz_rawdir_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-           "_" + std::to_string(::getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& rel, const std::string& bytes) {
     const fs::path p = fs::path(dir_) / rel;
     fs::create_directories(p.parent_path());
@@ -60,7 +52,6 @@ class IoTestBase : public ::testing::Test {
     return (*w)->finish();
   }
 
-  std::string dir_;
 };
 
 using RawIoTest = IoTestBase;

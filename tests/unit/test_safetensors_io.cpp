@@ -1,12 +1,12 @@
 // .safetensors reading and writing: every float dtype (bfloat16 natively), skipped non-float tensors,
 // metadata, header padding, and hostile headers (lengths, offsets, overlaps, duplicates, bad JSON).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "scratch_dir.h"
 #include "gcz/tensor_io.h"
 
 namespace gcz {
@@ -34,16 +34,8 @@ json entry(const char* dtype, const Shape& shape, uint64_t begin, uint64_t end) 
   return {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {begin, end}}};
 }
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public gcz::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "gcz_st_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-           std::to_string(::getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& bytes) {
     const std::string p = dir_ + "/" + name;
     std::ofstream(p, std::ios::binary) << bytes;
@@ -71,7 +63,6 @@ class SafetensorsTest : public ::testing::Test {
     EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
   }
 
-  std::string dir_;
 };
 
 TEST_F(SafetensorsTest, ReadsEveryFloatDtypeAndSkipsOthers) {
