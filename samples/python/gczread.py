@@ -67,7 +67,7 @@ import numpy as np
 
 __all__ = ["GczFile", "GczFormatError", "TensorInfo", "StreamInfo", "CodecSpec", "RULES",
            "DECODE_RULES", "convert_bits", "open_gcz", "parse_spec", "make_spec", "layout",
-           "philox4x32_10", "rng_bits", "rng_uniform", "tensor_key", "randomk_indices",
+           "philox4x32_10", "rng_bits", "rng_draw16", "rng_uniform", "tensor_key", "randomk_indices",
            "topk_indices", "sparse_k"]
 
 MAGIC = b"\x89GCZ\r\n\x1a\n"
@@ -309,10 +309,20 @@ def rng_bits(seed: int, key: int, purpose: int, count: int, start: int = 0) -> n
     return words[start - 4 * b0:start - 4 * b0 + count]
 
 
+def rng_draw16(seed: int, key: int, purpose: int, count: int, start: int = 0) -> np.ndarray:
+    """16-bit draw i: the low (i even) or high (i odd) half of 32-bit draw i // 2, as uint16."""
+    if count == 0:
+        return np.zeros(0, dtype=np.uint16)
+    w0 = start // 2
+    words = rng_bits(seed, key, purpose, (start + count - 1) // 2 + 1 - w0, w0)
+    halves = words.astype("<u4").view("<u2")  # little-endian: low half first
+    return halves[start - 2 * w0:start - 2 * w0 + count].astype(np.uint16)
+
+
 def rng_uniform(seed: int, key: int, purpose: int, count: int, start: int = 0) -> np.ndarray:
-    """uniform(i) = (draw(i) >> 8) * 2^-24, a float32 in [0, 1) (exact)."""
-    bits = rng_bits(seed, key, purpose, count, start)
-    return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+    """uniform(i) = (draw16(i) + 0.5) * 2^-16, a float32 in (0, 1) (exact)."""
+    d = rng_draw16(seed, key, purpose, count, start)
+    return (d.astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -16)
 
 
 # ----------------------------------------------------------------------------------------------

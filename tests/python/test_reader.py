@@ -828,9 +828,17 @@ def test_philox_known_answers_and_draw_numbering():
         want = ph(ctr, (k & 0xFFFFFFFF, k >> 32))[0][i % 4]
         assert gczread.rng_bits(seed, tkey, 3, 1, start=i)[0] == want
         assert gczread.rng_bits(seed, tkey, 3, 7, start=i)[0] == want
+    # draw16(i) = low (even i) / high (odd i) half of draw i // 2; uniform = (draw16 + 0.5) * 2^-16
+    w = gczread.rng_bits(seed, tkey, 1, 600)
+    for start in (0, 1, 2, 7, 8, 9):
+        d = gczread.rng_draw16(seed, tkey, 1, 1000, start)
+        i = np.arange(start, start + 1000)
+        want = np.where(i % 2 == 0, w[i // 2] & 0xFFFF, w[i // 2] >> 16)
+        assert d.dtype == np.uint16 and np.array_equal(d, want)
     u = gczread.rng_uniform(seed, tkey, 1, 1000)
-    assert u.dtype == np.float32 and (u >= 0).all() and (u < 1).all()
-    assert np.array_equal(u, (gczread.rng_bits(seed, tkey, 1, 1000) >> 8) * np.float32(2 ** -24))
+    assert u.dtype == np.float32 and (u > 0).all() and (u < 1).all()
+    want = (gczread.rng_draw16(seed, tkey, 1, 1000).astype(np.float64) + 0.5) / 65536
+    assert np.array_equal(u.astype(np.float64), want)
     assert gczread.tensor_key("w") == xxhash.xxh3_64_intdigest(b"w")
 
 

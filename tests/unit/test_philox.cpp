@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
+
+#include "codecs/quant_uniforms.h"
 
 namespace gcz::detail {
 namespace {
@@ -38,20 +41,66 @@ TEST(Philox, RngMapsCountersAsDocumented) {
   EXPECT_NE(Rng(seed, key, kStreamRandomK).bits(0), rng.bits(0));
 }
 
-TEST(Philox, UniformIsInUnitIntervalAndRoughlyUniform) {
+// 16-bit draw i is the low (even i) or high (odd i) half of 32-bit draw i / 2.
+TEST(Philox, Draw16IsHalfOfA32BitDraw) {
+  const Rng rng(0x0123456789abcdefull, 0x5555aaaa5555aaaaull, kStreamTernGrad);
+  for (uint64_t i : {0ull, 1ull, 2ull, 7ull, 8ull, 9ull, 1000001ull, (1ull << 35) + 3}) {
+    const uint32_t w = rng.bits(i / 2);
+    EXPECT_EQ(rng.draw16(i), i % 2 == 0 ? (w & 0xFFFFu) : (w >> 16)) << i;
+  }
+}
+
+TEST(Philox, UniformIsTheMidpointOfItsCell) {
+  EXPECT_EQ(Rng::to_uniform(0), 0x1p-17f);
+  EXPECT_EQ(Rng::to_uniform(1), 3 * 0x1p-17f);
+  EXPECT_EQ(Rng::to_uniform(0xFFFF), 1.0f - 0x1p-17f);
   Rng rng(7, 9, kStreamTernGrad);
   double sum = 0;
   const int n = 200000;
   for (int i = 0; i < n; ++i) {
     const float u = rng.uniform(static_cast<uint64_t>(i));
-    ASSERT_GE(u, 0.0f);
+    ASSERT_GT(u, 0.0f);
     ASSERT_LT(u, 1.0f);
     sum += u;
   }
   // Mean of n uniforms: sd = 1/sqrt(12 n) ~ 6.5e-4; allow 5 sd.
   EXPECT_NEAR(sum / n, 0.5, 5 * std::sqrt(1.0 / (12.0 * n)));
-  EXPECT_EQ(Rng::to_uniform(0xFFFFFFFFu), 16777215.0f / 16777216.0f);
-  EXPECT_EQ(Rng::to_uniform(0x000000FFu), 0.0f);
+}
+
+// Over the 65536 equally likely draws, u < p holds for ceil(65536 p - 1/2) of them: the Bernoulli
+// probability is within 2^-17 of p, and exact for p = 0 and p = 1. Counted for p on a grid, at cell
+// midpoints and at the ends.
+TEST(Philox, BernoulliProbabilityIsWithinTwoToTheMinus17OfP) {
+  std::vector<float> ps = {0.0f, 1.0f, 0x1p-17f, 0x1p-16f, 0.5f, 1.0f - 0x1p-17f, 1e-30f, 0.999999f};
+  for (int k = 0; k <= 1000; ++k) ps.push_back(static_cast<float>(k) / 1000.0f);
+  for (uint32_t k = 0; k < 65536; k += 4099) ps.push_back(Rng::to_uniform(static_cast<uint16_t>(k)));
+  for (const float p : ps) {
+    uint32_t hits = 0;
+    for (uint32_t k = 0; k < 65536; ++k) hits += Rng::to_uniform(static_cast<uint16_t>(k)) < p ? 1u : 0u;
+    EXPECT_EQ(hits, static_cast<uint32_t>(std::ceil(65536.0 * p - 0.5))) << p;
+    EXPECT_LE(std::fabs(hits / 65536.0 - p), 0x1p-17) << p;
+  }
+  EXPECT_EQ(Rng(1, 2, kStreamQsgdRounding).bernoulli(5, 0.0f), false);
+  EXPECT_EQ(Rng(1, 2, kStreamQsgdRounding).bernoulli(5, 1.0f), true);
+}
+
+// The bulk generator of the quantizers writes exactly draw16, whatever the start, length and
+// instruction set (AVX2, SSE2, scalar tails).
+TEST(Philox, BulkDrawsMatchDraw16) {
+  const uint64_t seed = 0xfeedfacecafebeefull, key = 0x0f0f0f0f12345678ull;
+  const Rng rng(seed, key, kStreamQsgdRounding);
+  for (const bool avx2 : {true, false}) {
+    allow_avx2_for_testing(avx2);
+    for (const uint64_t first : {0ull, 1ull, 7ull, 8ull, 13ull, (1ull << 33) + 5}) {
+      for (const uint64_t n : {0ull, 1ull, 31ull, 32ull, 33ull, 191ull, 192ull, 500ull, 4099ull}) {
+        std::vector<uint16_t> d(n + 1, 0xABCD);
+        fill_draws16(seed, key, kStreamQsgdRounding, first, n, d.data());
+        for (uint64_t k = 0; k < n; ++k) ASSERT_EQ(d[k], rng.draw16(first + k)) << avx2 << " " << first << " " << n << " " << k;
+        ASSERT_EQ(d[n], 0xABCD) << "wrote past the end";
+      }
+    }
+  }
+  allow_avx2_for_testing(true);
 }
 
 }  // namespace

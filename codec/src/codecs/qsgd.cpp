@@ -1,6 +1,6 @@
 // QSGD on the CPU: parameters, stream sizes, and the chunk loop. A chunk is processed in spans of whole
-// groups (about 8192 elements, so a span's input, uniforms and codes stay in L1/L2): the span's
-// uniforms from Philox (fill_uniforms), then the span loops of qsgd_span.cpp (scales, a branch-free
+// groups (about 8192 elements, so a span's input, draws and codes stay in L1/L2): the span's
+// draws from Philox (fill_draws16), then the span loops of qsgd_span.cpp (scales, a branch-free
 // quantize loop per group, bit packing specialised per code width).
 #include "codecs/qsgd.h"
 
@@ -94,7 +94,7 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
       convert_elements(t.dtype, in, DType::kFloat32, x_.data(), len);
       x = x_.data();
     }
-    if (o_.stochastic) fill_uniforms(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data());
+    if (o_.stochastic) fill_draws16(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data());
     qsgd_encode_span(o_.bits, {x, u_.data(), len, o_.group, o_.l2_scale, o_.stochastic, o_.scale_dtype,
                                out[1].data() + scale_old + a / o_.group * ssize, scale_.data(), codes_.data(),
                                reinterpret_cast<uint8_t*>(out[0].data() + code_old + a * o_.bits / 8)});

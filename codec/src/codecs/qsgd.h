@@ -49,7 +49,8 @@ class QsgdCodec : public Codec {
   QsgdOptions o_;
   uint64_t unit_;  // lcm(group, 8)
   uint64_t span_;  // elements per span: a multiple of unit_ near 8192
-  std::vector<float> x_, y_, u_, step_, scale_;
+  std::vector<float> x_, y_, step_, scale_;
+  std::vector<uint16_t> u_;
   std::vector<uint8_t> codes_;
 };
 

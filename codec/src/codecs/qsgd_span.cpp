@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "codecs/quant_uniforms.h"
+#include "gcz/detail/philox.h"
 #include "gcz/detail/qsgd_math.h"
 #include "gcz/detail/quant_reduce.h"
 
@@ -75,9 +76,11 @@ GCZ_CPU_INLINE float load_scale(const std::byte* in, DType dtype) {
 }
 
 template <int B, bool kStochastic>
-GCZ_CPU_INLINE void quantize_run(const float* x, const float* u, uint8_t* c, uint64_t n, float scale) {
+GCZ_CPU_INLINE void quantize_run(const float* x, const uint16_t* u, uint8_t* c, uint64_t n, float scale) {
   const float s = static_cast<float>(levels(B)), inv = inverse_step(scale, levels(B));
-  for (uint64_t i = 0; i < n; ++i) c[i] = static_cast<uint8_t>(quantize<B, kStochastic>(x[i], inv, s, scale, u[i]));
+  for (uint64_t i = 0; i < n; ++i) {
+    c[i] = static_cast<uint8_t>(quantize<B, kStochastic>(x[i], inv, s, scale, Rng::to_uniform(u[i])));
+  }
 }
 
 // Packs n codes into ceil(n * B / 8) bytes; the last byte's unused high bits are zero. Widths 4 and 2

@@ -15,7 +15,7 @@ namespace gcz::detail {
 
 struct QsgdEncodeSpan {
   const float* x;       // len float32 values
-  const float* u;       // len uniforms (stochastic rounding), or any len readable floats
+  const uint16_t* u;    // len 16-bit draws (stochastic rounding: Rng::draw16), or any len readable values
   uint64_t len;         // the span's elements; the span starts at a group and at a multiple of 8
   uint64_t group;
   bool l2_scale;

@@ -1,7 +1,8 @@
 // Philox4x32-10 across several blocks at once. The vector lanes hold different blocks (counters), so
 // each lane computes exactly gcz::detail::philox4x32_10; the four output words of each block are then
-// transposed into element order (draw i is word i mod 4 of block i / 4) and mapped to [0, 1) like
-// Rng::to_uniform. x86 lacks a 32x32->64 multiply on all lanes: the SSE2 path multiplies even lanes
+// transposed into draw order (32-bit draw w is word w mod 4 of block w / 4) and stored as they are:
+// in little-endian memory, 32-bit draw w is 16-bit draws 2w (low half) and 2w + 1 (high half), which
+// is Rng::draw16's order. x86 lacks a 32x32->64 multiply on all lanes: the SSE2 path multiplies even lanes
 // and odd lanes separately (pmuludq) and recombines their high and low halves; the AVX2 path keeps
 // one block per 64-bit lane instead (see blocks_avx2).
 #include "codecs/quant_uniforms.h"
@@ -20,8 +21,8 @@ namespace {
 constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
 constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
 
-void fill_scalar(const Rng& rng, uint64_t first, uint64_t n, float* u) {
-  for (uint64_t k = 0; k < n; ++k) u[k] = rng.uniform(first + k);
+void fill_scalar(const Rng& rng, uint64_t first, uint64_t n, uint16_t* d) {
+  for (uint64_t k = 0; k < n; ++k) d[k] = rng.draw16(first + k);
 }
 
 #if defined(__x86_64__)
@@ -35,12 +36,8 @@ inline void mulhilo4(__m128i a, __m128i m, __m128i& hi, __m128i& lo) {
   lo = _mm_or_si128(_mm_and_si128(even, low_mask), _mm_slli_epi64(odd, 32));
 }
 
-inline __m128 to_uniform4(__m128i w) {
-  return _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(w, 8)), _mm_set1_ps(1.0f / 16777216.0f));
-}
-
-// Blocks b .. b + 3 -> u[0 .. 16).
-void blocks4(uint64_t b, uint32_t k0, uint32_t k1, uint32_t purpose, float* u) {
+// Blocks b .. b + 3 -> 16 32-bit draws at w.
+void blocks4(uint64_t b, uint32_t k0, uint32_t k1, uint32_t purpose, void* w) {
   __m128i c0 = _mm_set_epi32(static_cast<int>(b + 3), static_cast<int>(b + 2), static_cast<int>(b + 1),
                              static_cast<int>(b));
   __m128i c1 = _mm_set_epi32(static_cast<int>((b + 3) >> 32), static_cast<int>((b + 2) >> 32),
@@ -58,12 +55,13 @@ void blocks4(uint64_t b, uint32_t k0, uint32_t k1, uint32_t purpose, float* u) {
     k0 += kW0;
     k1 += kW1;
   }
-  __m128 r0 = to_uniform4(c0), r1 = to_uniform4(c1), r2 = to_uniform4(c2), r3 = to_uniform4(c3);
+  __m128 r0 = _mm_castsi128_ps(c0), r1 = _mm_castsi128_ps(c1), r2 = _mm_castsi128_ps(c2), r3 = _mm_castsi128_ps(c3);
   _MM_TRANSPOSE4_PS(r0, r1, r2, r3);  // row k = block b + k's four words
-  _mm_storeu_ps(u, r0);
-  _mm_storeu_ps(u + 4, r1);
-  _mm_storeu_ps(u + 8, r2);
-  _mm_storeu_ps(u + 12, r3);
+  auto* out = static_cast<float*>(w);
+  _mm_storeu_ps(out, r0);
+  _mm_storeu_ps(out + 4, r1);
+  _mm_storeu_ps(out + 8, r2);
+  _mm_storeu_ps(out + 12, r3);
 }
 
 // The AVX2 kernel keeps each 32-bit word of a block in the low half of a 64-bit lane (the high half
@@ -92,8 +90,8 @@ __attribute__((target("avx2"))) void make_keys8(uint32_t k0, uint32_t k1, uint32
   keys.round1_c1k = _mm256_set1_epi32(static_cast<int>(lo1 ^ (k0 + kW0)));
 }
 
-// Blocks b .. b + kBlocksPerCall - 1 -> u[0 .. 4 * kBlocksPerCall).
-__attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const Keys8& keys, float* u) {
+// Blocks b .. b + kBlocksPerCall - 1 -> 4 * kBlocksPerCall 32-bit draws at w.
+__attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const Keys8& keys, void* w) {
   const __m256i m0 = _mm256_set1_epi64x(kM0), m1 = _mm256_set1_epi64x(kM1);
   const __m256i order = _mm256_set_epi64x(3, 1, 2, 0);
   __m256i c0[kSets], c1[kSets], c2[kSets], c3[kSets];
@@ -131,7 +129,7 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const Keys8& keys, 
   // Round 9, straight into element order: (c1 ^ k0) << 32 ^ p1 is (lo(p1), hi(p1) ^ c1 ^ k0), that is
   // the new (c1, c0) in the low and high halves of each 64-bit lane; likewise (c3, c2). One shuffle per
   // two blocks puts each block's words in order c0, c1, c2, c3.
-  const __m256 scale = _mm256_set1_ps(1.0f / 16777216.0f);
+  auto* out = static_cast<__m256i*>(w);
 #pragma GCC unroll 8
   for (int s = 0; s < kSets; ++s) {
     const __m256i p0 = _mm256_mul_epu32(c0[s], m0);
@@ -142,8 +140,8 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const Keys8& keys, 
         _mm256_xor_si256(p0, _mm256_slli_epi64(_mm256_xor_si256(c3[s], keys.k1[9]), 32)));
     const __m256i lo = _mm256_castps_si256(_mm256_shuffle_ps(w10, w32, _MM_SHUFFLE(0, 1, 0, 1)));  // blocks 0, 1
     const __m256i hi = _mm256_castps_si256(_mm256_shuffle_ps(w10, w32, _MM_SHUFFLE(2, 3, 2, 3)));  // blocks 2, 3
-    _mm256_storeu_ps(u + 16 * s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 8)), scale));
-    _mm256_storeu_ps(u + 16 * s + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 8)), scale));
+    _mm256_storeu_si256(out + 2 * s, lo);
+    _mm256_storeu_si256(out + 2 * s + 1, hi);
   }
 }
 #endif
@@ -165,21 +163,21 @@ bool cpu_has_avx2() {
 
 void allow_avx2_for_testing(bool allowed) { g_avx2_allowed.store(allowed); }
 
-void fill_uniforms(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, float* u) {
+void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint16_t* d) {
   const Rng rng(seed, tensor_key, purpose);
   uint64_t k = 0;
-  // Draws before the first whole block, one by one.
-  for (; k < n && (first + k) % 4 != 0; ++k) u[k] = rng.uniform(first + k);
+  // Draws before the first whole block (eight 16-bit draws), one by one.
+  for (; k < n && (first + k) % 8 != 0; ++k) d[k] = rng.draw16(first + k);
 #if defined(__x86_64__)
   const uint32_t k0 = static_cast<uint32_t>(seed ^ tensor_key), k1 = static_cast<uint32_t>((seed ^ tensor_key) >> 32);
   if (cpu_has_avx2()) {
     Keys8 keys;
     make_keys8(k0, k1, purpose, keys);
-    for (; k + 4 * kBlocksPerCall <= n; k += 4 * kBlocksPerCall) blocks_avx2((first + k) / 4, keys, u + k);
+    for (; k + 8 * kBlocksPerCall <= n; k += 8 * kBlocksPerCall) blocks_avx2((first + k) / 8, keys, d + k);
   }
-  for (; k + 16 <= n; k += 16) blocks4((first + k) / 4, k0, k1, purpose, u + k);
+  for (; k + 32 <= n; k += 32) blocks4((first + k) / 8, k0, k1, purpose, d + k);
 #endif
-  fill_scalar(rng, first + k, n - k, u + k);
+  fill_scalar(rng, first + k, n - k, d + k);
 }
 
 }  // namespace gcz::detail

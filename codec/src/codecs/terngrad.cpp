@@ -1,7 +1,7 @@
 // TernGrad on the CPU: parameters, stream sizes and the chunk loop. With a tensor scale the codec takes
 // the whole tensor (chunk_unit 0) and makes two passes in spans of ~8K elements: the moments (max|x|,
 // sigma), then the trits. With a group scale a span holds whole groups: each group's moments (in
-// cache), then the span's uniforms from Philox and the loops of terngrad_span.cpp (trits, packing).
+// cache), then the span's 16-bit draws from Philox and the loops of terngrad_span.cpp (trits, packing).
 #include "codecs/terngrad.h"
 
 #include <algorithm>
@@ -126,7 +126,7 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
     const uint64_t len = std::min(span_, count - a);
     const float* x = span_values(t, src, a, len);
     if (o_.group_scale) group_scales(x, len, out[1].data() + scale_old + a / o_.group * 4);
-    if (o_.stochastic) fill_uniforms(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, u_.data());
+    if (o_.stochastic) fill_draws16(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, u_.data());
     terngrad_encode_span({x, u_.data(), len, piece_, s_.data(), o_.stochastic, o_.base3, trits_.data(),
                           reinterpret_cast<uint8_t*>(out[0].data() + trit_old + a / per_byte)});
   }

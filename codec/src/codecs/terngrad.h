@@ -57,7 +57,8 @@ class TernGradCodec : public Codec {
   uint64_t unit_;  // 0 (tensor scale) or lcm(group, trits per byte)
   uint64_t span_;  // elements per span: a multiple of the unit, or of 40 = lcm(5, 4, 8) for a tensor scale
   uint64_t piece_; // elements per scale within a span: group, or span_ for a tensor scale
-  std::vector<float> x_, y_, u_, s_;
+  std::vector<float> x_, y_, s_;
+  std::vector<uint16_t> u_;
   std::vector<uint8_t> trits_;
 };
 

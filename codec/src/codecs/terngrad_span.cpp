@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "codecs/quant_uniforms.h"
+#include "gcz/detail/philox.h"
 #include "gcz/detail/terngrad_math.h"
 
 namespace gcz::detail {
@@ -84,9 +85,9 @@ GCZ_CPU_INLINE void add_moments(const float* x, uint64_t n, TernGradMoments& m) 
 }
 
 template <bool kStochastic>
-GCZ_CPU_INLINE void trit_run(const float* x, const float* u, uint8_t* t, uint64_t n, float s) {
+GCZ_CPU_INLINE void trit_run(const float* x, const uint16_t* u, uint8_t* t, uint64_t n, float s) {
   const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-  for (uint64_t i = 0; i < n; ++i) t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s, inv, u[i]));
+  for (uint64_t i = 0; i < n; ++i) t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s, inv, Rng::to_uniform(u[i])));
 }
 
 // Packs n trits; a partial last byte holds zero trits in its unused places.

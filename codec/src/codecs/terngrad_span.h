@@ -33,7 +33,7 @@ void terngrad_add_moments(const float* x, uint64_t n, TernGradMoments& m);
 
 struct TernGradEncodeSpan {
   const float* x;       // len float32 values
-  const float* u;       // len uniforms (stochastic rounding), or any len readable floats
+  const uint16_t* u;    // len 16-bit draws (stochastic rounding: Rng::draw16), or any len readable values
   uint64_t len;         // a multiple of the trits per byte except at the end of the tensor
   uint64_t piece;       // elements per scale (the group, or len for a tensor scale)
   const float* scales;  // ceil(len / piece) scales

@@ -3,8 +3,8 @@
 // (seed, tensor, purpose, element) to uniform and Bernoulli draws stated in docs/CODECS.md.
 //
 //   gcz::detail::Rng rng(seed, gcz::tensor_key(name), gcz::detail::kStreamQsgdRounding);
-//   float u = rng.uniform(i);          // element i's uniform in [0, 1), 24 random bits
-//   bool up = rng.bernoulli(i, p);     // u < p
+//   float u = rng.uniform(i);          // element i's rounding uniform in (0, 1), 16 random bits
+//   bool up = rng.bernoulli(i, p);     // u < p: true with probability p, to within 2^-17
 #pragma once
 
 #include <cstdint>
@@ -50,7 +50,9 @@ inline constexpr uint32_t kStreamRandomK = 3;
 inline constexpr uint32_t kStreamPowerSgdInit = 4;
 
 // The draws of one (seed, tensor, purpose): key = seed XOR tensor_key split into 32-bit halves (low
-// first), counter = (low 32 bits of i / 4, high 32 bits of i / 4, purpose, 0); draw i is word i mod 4.
+// first), counter = (low 32 bits of i / 4, high 32 bits of i / 4, purpose, 0); 32-bit draw i is word
+// i mod 4. 16-bit draw i is the low (i even) or high (i odd) half of 32-bit draw i / 2, so that one
+// Philox block serves eight stochastic roundings.
 class Rng {
  public:
   GCZ_HD Rng(uint64_t seed, uint64_t tensor_key, uint32_t purpose)
@@ -63,10 +65,13 @@ class Rng {
   }
   GCZ_HD uint32_t bits(uint64_t i) const { return block(i >> 2).v[i & 3]; }
 
-  // The top 24 bits as a float in [0, 1): exact in float32.
-  static GCZ_HD float to_uniform(uint32_t u) { return static_cast<float>(u >> 8) * (1.0f / 16777216.0f); }
-  GCZ_HD float uniform(uint64_t i) const { return to_uniform(bits(i)); }
-  // True with probability p (p in [0, 1], float32): uniform(i) < p.
+  GCZ_HD uint16_t draw16(uint64_t i) const { return static_cast<uint16_t>(bits(i >> 1) >> (16 * (i & 1))); }
+
+  // (k + 1/2) * 2^-16, the midpoint of k's 1/65536-wide cell of [0, 1): exact in float32.
+  static GCZ_HD float to_uniform(uint16_t k) { return (static_cast<float>(k) + 0.5f) * (1.0f / 65536.0f); }
+  GCZ_HD float uniform(uint64_t i) const { return to_uniform(draw16(i)); }
+  // uniform(i) < p, compared in float32: true for ceil(65536 p - 1/2) of the 65536 values of draw16(i)
+  // (p in [0, 1]), so with probability within 2^-17 of p; exactly 0 for p = 0 and 1 for p = 1.
   GCZ_HD bool bernoulli(uint64_t i, float p) const { return uniform(i) < p; }
 
  private:
