@@ -67,7 +67,7 @@ TEST(Philox, UniformIsTheMidpointOfItsCell) {
   EXPECT_NEAR(sum / n, 0.5, 5 * std::sqrt(1.0 / (12.0 * n)));
 }
 
-// Over the 65536 equally likely draws, u < p holds for ceil(65536 p - 1/2) of them: the Bernoulli
+// Over the 65536 equally likely draws, u <= p holds for floor(65536 p + 1/2) of them: the Bernoulli
 // probability is within 2^-17 of p, and exact for p = 0 and p = 1. Counted for p on a grid, at cell
 // midpoints and at the ends.
 TEST(Philox, BernoulliProbabilityIsWithinTwoToTheMinus17OfP) {
@@ -75,9 +75,15 @@ TEST(Philox, BernoulliProbabilityIsWithinTwoToTheMinus17OfP) {
   for (int k = 0; k <= 1000; ++k) ps.push_back(static_cast<float>(k) / 1000.0f);
   for (uint32_t k = 0; k < 65536; k += 4099) ps.push_back(Rng::to_uniform(static_cast<uint16_t>(k)));
   for (const float p : ps) {
-    uint32_t hits = 0;
-    for (uint32_t k = 0; k < 65536; ++k) hits += Rng::to_uniform(static_cast<uint16_t>(k)) < p ? 1u : 0u;
-    EXPECT_EQ(hits, static_cast<uint32_t>(std::ceil(65536.0 * p - 0.5))) << p;
+    uint32_t hits = 0, disagree = 0;
+    for (uint32_t k = 0; k < 65536; ++k) {
+      const bool on = Rng::to_uniform(static_cast<uint16_t>(k)) <= p;
+      hits += on ? 1u : 0u;
+      // The integer form the vector loops use: 2 k < floor(2^17 p).
+      disagree += on != (2 * k < static_cast<uint32_t>(p * 131072.0f)) ? 1u : 0u;
+    }
+    EXPECT_EQ(hits, static_cast<uint32_t>(std::floor(65536.0 * p + 0.5))) << p;
+    EXPECT_EQ(disagree, 0u) << p;
     EXPECT_LE(std::fabs(hits / 65536.0 - p), 0x1p-17) << p;
   }
   EXPECT_EQ(Rng(1, 2, kStreamQsgdRounding).bernoulli(5, 0.0f), false);

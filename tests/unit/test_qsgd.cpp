@@ -254,8 +254,16 @@ TEST(Qsgd, InstructionSetDoesNotChangeTheBytes) {
   std::vector<float> x = gaussian(n, 19);
   x[10] = std::numeric_limits<float>::infinity();
   x[77] = std::numeric_limits<float>::quiet_NaN();
-  for (const char* spec : {"qsgd", "qsgd:bits=4", "qsgd:bits=3,group=100,scale=l2", "qsgd:bits=2,rounding=nearest",
-                           "qsgd:bits=7,group=1000,scale_dtype=bf16", "qsgd:bits=5,group=5,scale=l2"}) {
+  x[300] = -std::numeric_limits<float>::infinity();
+  for (uint64_t i = 512; i < 640; ++i) x[i] = 0.0f;                     // an all-zero group
+  for (uint64_t i = 640; i < 768; ++i) x[i] = i % 2 ? -0.75f : 0.75f;   // constant magnitude
+  for (uint64_t i = 768; i < 896; ++i) x[i] *= 1e-41f;                  // subnormals
+  for (uint64_t i = 896; i < 1024; ++i) x[i] *= 1e37f;                  // huge
+  x[1100] = -0.0f;
+  for (const char* spec : {"qsgd", "qsgd:rounding=nearest", "qsgd:bits=4", "qsgd:bits=3,group=100,scale=l2",
+                           "qsgd:bits=2,rounding=nearest", "qsgd:bits=7,group=1000,scale_dtype=bf16",
+                           "qsgd:bits=5,group=5,scale=l2", "qsgd:bits=6,group=1", "qsgd:group=33,scale_dtype=fp16",
+                           "qsgd:bits=8,group=4096", "qsgd:bits=2,group=7"}) {
     Encoded e[2];
     std::vector<float> y[2];
     for (int avx2 = 0; avx2 < 2; ++avx2) {

@@ -143,7 +143,7 @@ TEST(TernGrad, PackingsRoundTripEveryLength) {
   }
 }
 
-// Trit i is nonzero iff Rng(seed, key, kStreamTernGrad).uniform(i) < |x_i| / s.
+// Trit i is nonzero iff Rng(seed, key, kStreamTernGrad).uniform(i) <= |x_i| / s.
 TEST(TernGrad, StochasticRoundingUsesTheDocumentedDraws) {
   const uint64_t n = 103, seed = 5, key = 77;
   const std::vector<float> x = gaussian(n, 9);
@@ -156,7 +156,7 @@ TEST(TernGrad, StochasticRoundingUsesTheDocumentedDraws) {
     for (uint64_t i = 0; i < count; ++i) {
       const float s = scale_of(e, i / 5), a = std::fabs(x[first + i]);
       const float p = a >= s ? 1.0f : a * (1.0f / s);  // the group's max is always ±s
-      const bool on = rng.uniform(first + i) < p;
+      const bool on = rng.uniform(first + i) <= p;
       ASSERT_EQ(y[i], on ? std::copysign(s, x[first + i]) : 0.0f) << first + i;
     }
   }

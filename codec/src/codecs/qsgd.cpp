@@ -84,6 +84,7 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
   x_.resize(t.dtype == DType::kFloat32 ? 0 : most);
   u_.resize(most);  // also when unused: the quantize loops read it
   scale_.resize(ceil_div(most, o_.group));
+  finite_.resize(scale_.size());
   codes_.resize(most);
   const std::size_t esize = dtype_size(t.dtype), ssize = dtype_size(o_.scale_dtype);
   for (uint64_t a = 0; a < count; a += span_) {
@@ -94,9 +95,11 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
       convert_elements(t.dtype, in, DType::kFloat32, x_.data(), len);
       x = x_.data();
     }
-    if (o_.stochastic) fill_draws16(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data());
+    if (o_.stochastic) {
+      fill_draws16(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data(), x);
+    }
     qsgd_encode_span(o_.bits, {x, u_.data(), len, o_.group, o_.l2_scale, o_.stochastic, o_.scale_dtype,
-                               out[1].data() + scale_old + a / o_.group * ssize, scale_.data(), codes_.data(),
+                               out[1].data() + scale_old + a / o_.group * ssize, scale_.data(), finite_.data(), codes_.data(),
                                reinterpret_cast<uint8_t*>(out[0].data() + code_old + a * o_.bits / 8)});
   }
   return Status::ok();

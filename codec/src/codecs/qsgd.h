@@ -51,7 +51,7 @@ class QsgdCodec : public Codec {
   uint64_t span_;  // elements per span: a multiple of unit_ near 8192
   std::vector<float> x_, y_, step_, scale_;
   std::vector<uint16_t> u_;
-  std::vector<uint8_t> codes_;
+  std::vector<uint8_t> codes_, finite_;
 };
 
 }  // namespace detail

@@ -11,6 +11,10 @@
 #include "gcz/detail/qsgd_math.h"
 #include "gcz/detail/quant_reduce.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace gcz::detail {
 namespace {
 
@@ -193,9 +197,128 @@ QsgdSpanError decode_sse2(const QsgdDecodeSpan& j) {
   return decode_span<B>(j);
 }
 #if defined(__x86_64__)
+// The AVX2 encoder: the same float32 operations as qsgd::quantize, eight lanes at a time, with the
+// group's max and its codes computed while the group is in L1. Scalar code finishes every group's
+// last (len mod 8) elements, so any group size and alignment works.
+#define GCZ_AVX2_INLINE [[gnu::always_inline, gnu::target("avx2")]] inline
+
+// max over the group of |x| as bits when every element is finite; a result >= 0x7F800000 (an Inf or
+// NaN was seen) sends the caller to the exact group_max.
+GCZ_AVX2_INLINE int32_t abs_bits_max_avx2(const float* x, uint64_t n) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_epi32(m0, _mm256_and_si256(abs_mask, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+    m1 = _mm256_max_epi32(m1,
+                          _mm256_and_si256(abs_mask, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8))));
+  }
+  if (i + 8 <= n) {
+    m0 = _mm256_max_epi32(m0, _mm256_and_si256(abs_mask, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+    i += 8;
+  }
+  m0 = _mm256_max_epi32(m0, m1);
+  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(m0), _mm256_extracti128_si256(m0, 1));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  int32_t r = _mm_cvtsi128_si32(m);
+  for (; i < n; ++i) r = std::max(r, static_cast<int32_t>(bit_cast<uint32_t>(x[i]) & 0x7FFFFFFFu));
+  return r;
+}
+
+// The levels of eight elements as 32-bit lanes (qsgd::quantize<B, kStochastic> without the sign),
+// from their bits xi. kFinite: every element is known to be finite, so none needs zeroing. scale_ge
+// is the stored scale, or +Inf for a zero scale (no element then takes level s).
+template <bool kStochastic, bool kFinite>
+GCZ_AVX2_INLINE __m256i levels8_avx2(__m256i xi, const uint16_t* u, __m256 inv, __m256 s, __m256 scale_ge) {
+  __m256i abs_bits = _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF));
+  if constexpr (!kFinite) {
+    abs_bits = _mm256_and_si256(abs_bits, _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs_bits));
+  }
+  const __m256 a = _mm256_castsi256_ps(abs_bits);
+  __m256 r = _mm256_min_ps(_mm256_mul_ps(a, inv), s);  // min_ps(r, s) is r < s ? r : s
+  r = _mm256_blendv_ps(r, s, _mm256_cmp_ps(a, scale_ge, _CMP_GE_OQ));
+  const __m256i l = _mm256_cvttps_epi32(r);
+  const __m256 frac = _mm256_sub_ps(r, _mm256_cvtepi32_ps(l));
+  __m256 up;
+  if constexpr (kStochastic) {
+    // Rng::to_uniform(d) <= frac as 2 d < floor(2^17 frac) (Rng::bernoulli): 2^17 frac is exact and
+    // below 2^17, and the conversion truncates whatever the rounding mode.
+    const __m256i d = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+    const __m256i t = _mm256_cvttps_epi32(_mm256_mul_ps(frac, _mm256_set1_ps(131072.0f)));
+    up = _mm256_castsi256_ps(_mm256_cmpgt_epi32(t, _mm256_add_epi32(d, d)));
+  } else {
+    up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  }
+  return _mm256_sub_epi32(l, _mm256_castps_si256(up));  // up is all ones: l + 1
+}
+
+template <int B, bool kStochastic, bool kFinite>
+GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint16_t* u, uint8_t* c, uint64_t n, float scale_value) {
+  const float s_value = static_cast<float>(levels(B)), inv_value = inverse_step(scale_value, levels(B));
+  const __m256 inv = _mm256_set1_ps(inv_value), s = _mm256_set1_ps(s_value);
+  const __m256 scale_ge = _mm256_set1_ps(scale_value > 0.0f ? scale_value : __builtin_inff());
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), sign = _mm256_set1_epi8(static_cast<char>(0x80));
+  uint64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i xi[4], lv[4];
+    for (int k = 0; k < 4; ++k) {
+      xi[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8 * k));
+      lv[k] = levels8_avx2<kStochastic, kFinite>(xi[k], u + i + 8 * k, inv, s, scale_ge);
+    }
+    // Levels < 128 and the elements' bits packed alike to bytes (the signed saturating packs keep
+    // each sign); the packs interleave the 128-bit lanes, which one permute of the codes undoes.
+    const __m256i levels = _mm256_packus_epi16(_mm256_packs_epi32(lv[0], lv[1]), _mm256_packs_epi32(lv[2], lv[3]));
+    const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(xi[0], xi[1]), _mm256_packs_epi32(xi[2], xi[3]));
+    // The sign bit (bit 7 of a byte, moved to bit B - 1) where x < 0 and the level is not 0.
+    __m256i neg = _mm256_and_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(levels, _mm256_setzero_si256()), signs), sign);
+    if constexpr (B < 8) neg = _mm256_srli_epi16(neg, 8 - B);  // bit 15 stays in its byte, at bit 7 + B
+    const __m256i codes = _mm256_or_si256(levels, neg);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i), _mm256_permutevar8x32_epi32(codes, order));
+  }
+  for (; i < n; ++i) {
+    c[i] = static_cast<uint8_t>(quantize<B, kStochastic>(x[i], inv_value, s_value, scale_value, Rng::to_uniform(u[i])));
+  }
+}
+
+// The span's scales first (max scale: a vector max, exact unless an element is not finite; l2 scale:
+// group_l2), so that the groups' reductions overlap; then each group's codes, then the packing.
 template <int B>
 __attribute__((target("avx2"))) void encode_avx2(const QsgdEncodeSpan& j) {
-  encode_span<B>(j);
+  const std::size_t ssize = dtype_size(j.scale_dtype);
+  for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.group) {
+    const float* xg = j.x + a;
+    const uint64_t n = std::min(j.group, j.len - a);
+    float raw;
+    if (j.l2_scale) {
+      raw = group_l2(xg, n);
+      j.finite[g] = 0;  // not checked
+    } else {
+      const int32_t m = abs_bits_max_avx2(xg, n);
+      j.finite[g] = m < 0x7F800000;
+      raw = j.finite[g] ? bit_cast<float>(m) : group_max(xg, n);
+    }
+    j.scale[g] = store_scale(floor_scale(raw), j.scale_dtype, j.scales + g * ssize);
+  }
+  uint8_t* c = B == 8 ? j.codes : j.scratch;
+  for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.group) {
+    const float* xg = j.x + a;
+    const uint64_t n = std::min(j.group, j.len - a);
+    if (j.stochastic) {
+      if (j.finite[g]) {
+        quantize_run_avx2<B, true, true>(xg, j.u + a, c + a, n, j.scale[g]);
+      } else {
+        quantize_run_avx2<B, true, false>(xg, j.u + a, c + a, n, j.scale[g]);
+      }
+    } else {
+      if (j.finite[g]) {
+        quantize_run_avx2<B, false, true>(xg, j.u + a, c + a, n, j.scale[g]);
+      } else {
+        quantize_run_avx2<B, false, false>(xg, j.u + a, c + a, n, j.scale[g]);
+      }
+    }
+  }
+  if (B != 8) pack<B>(c, j.len, j.codes);
 }
 template <int B>
 __attribute__((target("avx2"))) QsgdSpanError decode_avx2(const QsgdDecodeSpan& j) {

@@ -2,7 +2,7 @@
 // and unpack, dequantize. Specialised per code width, and compiled for SSE2 and AVX2 with the choice
 // made at run time; both give the same bytes (the same float32 operations, no FMA).
 //
-//   QsgdEncodeSpan job{x, u, len, 128, false, true, DType::kFloat32, scales, scale, scratch, codes};
+//   QsgdEncodeSpan job{x, u, len, 128, false, true, DType::kFloat32, scales, scale, finite, scratch, codes};
 //   qsgd_encode_span(8, job);
 #pragma once
 
@@ -23,6 +23,7 @@ struct QsgdEncodeSpan {
   DType scale_dtype;
   std::byte* scales;    // out: ceil(len / group) stored scales
   float* scale;         // scratch: ceil(len / group) floats
+  uint8_t* finite;      // scratch: ceil(len / group) flags
   uint8_t* scratch;     // scratch: len bytes (codes before packing)
   uint8_t* codes;       // out: ceil(len * bits / 8) bytes
 };

@@ -163,7 +163,8 @@ bool cpu_has_avx2() {
 
 void allow_avx2_for_testing(bool allowed) { g_avx2_allowed.store(allowed); }
 
-void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint16_t* d) {
+void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint16_t* d,
+                  const float* touch) {
   const Rng rng(seed, tensor_key, purpose);
   uint64_t k = 0;
   // Draws before the first whole block (eight 16-bit draws), one by one.
@@ -173,7 +174,13 @@ void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t
   if (cpu_has_avx2()) {
     Keys8 keys;
     make_keys8(k0, k1, purpose, keys);
-    for (; k + 8 * kBlocksPerCall <= n; k += 8 * kBlocksPerCall) blocks_avx2((first + k) / 8, keys, d + k);
+    for (; k + 8 * kBlocksPerCall <= n; k += 8 * kBlocksPerCall) {
+      if (touch != nullptr) {
+        // The cache lines of this call's values (8 * kBlocksPerCall floats, 12 lines).
+        for (uint64_t b = 0; b < 8 * kBlocksPerCall; b += 16) _mm_prefetch(reinterpret_cast<const char*>(touch + k + b), _MM_HINT_T0);
+      }
+      blocks_avx2((first + k) / 8, keys, d + k);
+    }
   }
   for (; k + 32 <= n; k += 32) blocks4((first + k) / 8, k0, k1, purpose, d + k);
 #endif

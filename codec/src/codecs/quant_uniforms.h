@@ -11,8 +11,11 @@
 
 namespace gcz::detail {
 
-// d[k] = Rng(seed, tensor_key, purpose).draw16(first + k) for k in [0, n).
-void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint16_t* d);
+// d[k] = Rng(seed, tensor_key, purpose).draw16(first + k) for k in [0, n). `touch`, if given, is the
+// n float32 values these draws will round: the call prefetches them into cache as it goes, so that
+// their memory reads overlap its arithmetic instead of stalling the quantize loop that follows.
+void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint16_t* d,
+                  const float* touch = nullptr);
 
 // Whether the quantizers run their AVX2 code paths: the CPU has AVX2 and tests have not turned it off.
 bool cpu_has_avx2();

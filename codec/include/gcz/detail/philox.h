@@ -4,7 +4,7 @@
 //
 //   gcz::detail::Rng rng(seed, gcz::tensor_key(name), gcz::detail::kStreamQsgdRounding);
 //   float u = rng.uniform(i);          // element i's rounding uniform in (0, 1), 16 random bits
-//   bool up = rng.bernoulli(i, p);     // u < p: true with probability p, to within 2^-17
+//   bool up = rng.bernoulli(i, p);     // u <= p: true with probability p, to within 2^-17
 #pragma once
 
 #include <cstdint>
@@ -70,9 +70,11 @@ class Rng {
   // (k + 1/2) * 2^-16, the midpoint of k's 1/65536-wide cell of [0, 1): exact in float32.
   static GCZ_HD float to_uniform(uint16_t k) { return (static_cast<float>(k) + 0.5f) * (1.0f / 65536.0f); }
   GCZ_HD float uniform(uint64_t i) const { return to_uniform(draw16(i)); }
-  // uniform(i) < p, compared in float32: true for ceil(65536 p - 1/2) of the 65536 values of draw16(i)
-  // (p in [0, 1]), so with probability within 2^-17 of p; exactly 0 for p = 0 and 1 for p = 1.
-  GCZ_HD bool bernoulli(uint64_t i, float p) const { return uniform(i) < p; }
+  // uniform(i) <= p, compared in float32: true for floor(65536 p + 1/2) of the 65536 values of
+  // draw16(i) (p in [0, 1]), so with probability within 2^-17 of p; exactly 0 for p = 0 and 1 for
+  // p = 1. Equivalently 2 draw16(i) < floor(2^17 p), which vector code computes with a truncating
+  // conversion (2^17 p is exact in float32).
+  GCZ_HD bool bernoulli(uint64_t i, float p) const { return uniform(i) <= p; }
 
  private:
   uint32_t k0_, k1_, purpose_;

@@ -62,7 +62,7 @@ GCZ_HD float step(float scale, int s) { return scale / static_cast<float>(s); }
 
 // The B-bit code of x under stored scale S (float32): level in the low B-1 bits, sign in bit B-1.
 // r = min(|x| * inv, s), or r = s when |x| >= S > 0 (an element at the scale, the group's max, gets
-// level s exactly), r = 0 for a non-finite x; l = floor(r); level = l + (u < r - l) when stochastic,
+// level s exactly), r = 0 for a non-finite x; l = floor(r); level = l + (u <= r - l) when stochastic,
 // l + (r - l >= 0.5) when not. The sign bit is set only for x < 0 with level > 0, so zeros have one
 // code.
 template <int B, bool kStochastic>
@@ -73,7 +73,7 @@ GCZ_HD uint32_t quantize(float x, float inv, float s, float scale, float u) {
   r = (a >= scale && scale > 0.0f) ? s : r;
   const uint32_t l = static_cast<uint32_t>(static_cast<int32_t>(r));
   const float frac = r - static_cast<float>(static_cast<int32_t>(l));
-  const uint32_t up = kStochastic ? (u < frac ? 1u : 0u) : (frac >= 0.5f ? 1u : 0u);
+  const uint32_t up = kStochastic ? (u <= frac ? 1u : 0u) : (frac >= 0.5f ? 1u : 0u);
   const uint32_t level = l + up;
   const uint32_t neg = (bit_cast<uint32_t>(x) >> 31) & (level != 0 ? 1u : 0u);
   return level | (neg << (B - 1));

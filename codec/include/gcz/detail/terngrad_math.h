@@ -45,14 +45,14 @@ GCZ_HD float scale_from_stats(float max_abs, double sigma, double clip) {
 
 // The trit of x: a = min(|x|, s) (the clip; 0 for a non-finite x); p = a * inv with inv = 1 / s, but
 // p = 1 for a = s > 0 (an element at the clip is always ±s, so constants decode exactly); nonzero when
-// u < p (stochastic) or p >= 0.5 (deterministic); the sign is x's.
+// u <= p (stochastic) or p >= 0.5 (deterministic); the sign is x's.
 template <bool kStochastic>
 GCZ_HD uint32_t trit(float x, float s, float inv, float u) {
   const float y = finite_or_zero(x);
   float a = bit_cast<float>(bit_cast<uint32_t>(y) & 0x7FFFFFFFu);
   a = a < s ? a : s;
   const float p = a < s ? a * inv : (s > 0.0f ? 1.0f : 0.0f);
-  const bool on = kStochastic ? u < p : p >= 0.5f;
+  const bool on = kStochastic ? u <= p : p >= 0.5f;
   return on ? (y < 0.0f ? kMinus : kPlus) : kZero;
 }
 
