@@ -260,23 +260,38 @@ TEST(TernGrad, ChunkedEncodeEqualsWholeEncode) {
 // The SSE2 and AVX2 loops (chosen at run time) write the same bytes and decode to the same values.
 TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   const uint64_t n = 20011;
-  std::vector<float> x = gaussian(n, 73);
-  x[10] = std::numeric_limits<float>::infinity();
-  x[9000] = std::numeric_limits<float>::quiet_NaN();
-  for (const char* spec : {"terngrad", "terngrad:packing=2bit,rounding=deterministic", "terngrad:scale=group,group=300",
-                           "terngrad:scale=group,group=7,clip=1,packing=2bit"}) {
-    Encoded e[2];
-    std::vector<float> y[2];
-    for (int avx2 = 0; avx2 < 2; ++avx2) {
-      detail::allow_avx2_for_testing(avx2 == 1);
-      auto c = make(spec);
-      e[avx2] = encode(*c, f32(n), x.data(), 0, n);
-      y[avx2] = decode(*c, f32(n), e[avx2], 0, n);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // Data sets: all finite; non-finite early and late (the moments' checked blocks); a non-finite
+  // first element (K is found later); subnormals, huge values, zeros, a constant stretch and -0.
+  std::vector<std::vector<float>> sets(4, gaussian(n, 73));
+  sets[1][10] = inf;
+  sets[1][9000] = nan;
+  sets[1][n - 3] = -inf;
+  sets[2][0] = nan;
+  sets[2][1] = -inf;
+  for (uint64_t i = 0; i < 2000; ++i) sets[3][i] *= 1e-40f;
+  for (uint64_t i = 2000; i < 2600; ++i) sets[3][i] = 0.0f;
+  for (uint64_t i = 2600; i < 3000; ++i) sets[3][i] = -1.25f;
+  for (uint64_t i = 3000; i < 3100; ++i) sets[3][i] *= 1e30f;
+  sets[3][5000] = -0.0f;
+  for (std::size_t d = 0; d < sets.size(); ++d) {
+    const std::vector<float>& x = sets[d];
+    for (const char* spec : {"terngrad", "terngrad:packing=2bit,rounding=deterministic", "terngrad:scale=group,group=300",
+                             "terngrad:scale=group,group=7,clip=1,packing=2bit", "terngrad:clip=0",
+                             "terngrad:scale=group,group=256,rounding=deterministic", "terngrad:scale=group,group=33"}) {
+      Encoded e[2];
+      std::vector<float> y[2];
+      for (int avx2 = 0; avx2 < 2; ++avx2) {
+        detail::allow_avx2_for_testing(avx2 == 1);
+        auto c = make(spec);
+        e[avx2] = encode(*c, f32(n), x.data(), 0, n);
+        y[avx2] = decode(*c, f32(n), e[avx2], 0, n);
+      }
+      detail::allow_avx2_for_testing(true);
+      EXPECT_EQ(e[0].trits, e[1].trits) << spec << " data " << d;
+      EXPECT_EQ(e[0].scales, e[1].scales) << spec << " data " << d;
+      EXPECT_EQ(y[0], y[1]) << spec << " data " << d;
     }
-    detail::allow_avx2_for_testing(true);
-    EXPECT_EQ(e[0].trits, e[1].trits) << spec;
-    EXPECT_EQ(e[0].scales, e[1].scales) << spec;
-    EXPECT_EQ(y[0], y[1]) << spec;
   }
 }
 

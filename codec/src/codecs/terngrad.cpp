@@ -126,7 +126,7 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
     const uint64_t len = std::min(span_, count - a);
     const float* x = span_values(t, src, a, len);
     if (o_.group_scale) group_scales(x, len, out[1].data() + scale_old + a / o_.group * 4);
-    if (o_.stochastic) fill_draws16(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, u_.data());
+    if (o_.stochastic) fill_draws16(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, u_.data(), x);
     terngrad_encode_span({x, u_.data(), len, piece_, s_.data(), o_.stochastic, o_.base3, trits_.data(),
                           reinterpret_cast<uint8_t*>(out[0].data() + trit_old + a / per_byte)});
   }

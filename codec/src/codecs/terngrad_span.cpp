@@ -4,12 +4,17 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
 #include "codecs/quant_uniforms.h"
 #include "gcz/detail/philox.h"
 #include "gcz/detail/terngrad_math.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace gcz::detail {
 namespace {
@@ -19,6 +24,16 @@ using namespace terngrad;
 #define GCZ_CPU_INLINE [[gnu::always_inline]] inline
 
 GCZ_CPU_INLINE uint32_t abs_bits(float x) { return bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
+
+// pack_base3 of t[0..5) with one multiply: the eight bytes at t (little-endian; the last three are
+// ignored) times 81 + 27 * 2^8 + 9 * 2^16 + 3 * 2^24 + 2^32 hold t0 + 3 t1 + 9 t2 + 27 t3 + 81 t4 in
+// byte 4. No byte of the product below it exceeds 2 * (81 + 27 + 9 + 3) = 240, so no carry reaches it.
+GCZ_CPU_INLINE uint8_t pack_base3_word(const uint8_t* t) {
+  if constexpr (std::endian::native != std::endian::little) return pack_base3(t);
+  uint64_t v;
+  std::memcpy(&v, t, 8);
+  return static_cast<uint8_t>((v * 0x0103091B51ull) >> 32);
+}
 
 // GCC vector types: the eight lanes of the sums as two vectors of four, written out because the
 // compiler does not vectorize the lane loop by itself. Same operations, lane by lane, as the scalar tail.
@@ -63,8 +78,20 @@ GCZ_CPU_INLINE void add_block(const float* x, uint64_t n, double k, TernGradMome
   m.s2.add(combine_lanes(s2));
 }
 
-GCZ_CPU_INLINE void add_moments(const float* x, uint64_t n, TernGradMoments& m) {
-  uint32_t count = 0;  // n <= 2^24
+// Sets K, the range's first finite element, if this part of the range holds it (elements before it
+// are not finite and add nothing).
+GCZ_CPU_INLINE void find_shift(const float* x, uint64_t n, TernGradMoments& m) {
+  for (uint64_t i = 0; !m.has_shift && i < n; ++i) {
+    if (abs_bits(x[i]) < 0x7F800000u) {
+      m.shift = x[i];
+      m.has_shift = true;
+    }
+  }
+}
+
+// One block's count, max and sums, every element checked for finiteness.
+GCZ_CPU_INLINE void add_block_checked(const float* x, uint64_t n, TernGradMoments& m) {
+  uint32_t count = 0;  // n <= kSumBlock
   int32_t mx = m.max_bits;
   for (uint64_t i = 0; i < n; ++i) {
     const uint32_t a = abs_bits(x[i]);
@@ -74,35 +101,34 @@ GCZ_CPU_INLINE void add_moments(const float* x, uint64_t n, TernGradMoments& m) 
   }
   m.finite += count;
   m.max_bits = mx;
-  // K, the first finite element: elements before it are not finite and add nothing.
-  for (uint64_t i = 0; !m.has_shift && i < n; ++i) {
-    if (abs_bits(x[i]) < 0x7F800000u) {
-      m.shift = x[i];
-      m.has_shift = true;
-    }
+  add_block(x, n, m.shift, m);
+}
+
+GCZ_CPU_INLINE void add_moments(const float* x, uint64_t n, TernGradMoments& m) {
+  find_shift(x, n, m);
+  for (uint64_t b = 0; b < n; b += kSumBlock) add_block_checked(x + b, std::min(kSumBlock, n - b), m);
+}
+
+// Packs n trits; a partial last byte holds zero trits in its unused places. base3 reads t up to 3
+// bytes past the last whole group of five (the scratch has room).
+GCZ_CPU_INLINE void pack(bool base3, const uint8_t* t, uint64_t n, uint8_t* out) {
+  const uint64_t per = base3 ? 5 : 4, full = n / per;
+  if (base3) {
+    for (uint64_t j = 0; j < full; ++j) out[j] = pack_base3_word(t + 5 * j);
+  } else {
+    for (uint64_t j = 0; j < full; ++j) out[j] = pack_2bit(t + 4 * j);
   }
-  for (uint64_t b = 0; b < n; b += kSumBlock) add_block(x + b, std::min(kSumBlock, n - b), m.shift, m);
+  if (const uint64_t rem = n % per) {
+    uint8_t last[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(last, t + per * full, rem);
+    out[full] = base3 ? pack_base3(last) : pack_2bit(last);
+  }
 }
 
 template <bool kStochastic>
 GCZ_CPU_INLINE void trit_run(const float* x, const uint16_t* u, uint8_t* t, uint64_t n, float s) {
   const float inv = s > 0.0f ? 1.0f / s : 0.0f;
   for (uint64_t i = 0; i < n; ++i) t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s, inv, Rng::to_uniform(u[i])));
-}
-
-// Packs n trits; a partial last byte holds zero trits in its unused places.
-GCZ_CPU_INLINE void pack(bool base3, const uint8_t* t, uint64_t n, uint8_t* out) {
-  const uint64_t per = base3 ? 5 : 4, full = n / per;
-  if (base3) {
-    for (uint64_t j = 0; j < full; ++j) out[j] = pack_base3(t + 5 * j);
-  } else {
-    for (uint64_t j = 0; j < full; ++j) out[j] = pack_2bit(t + 4 * j);
-  }
-  if (const uint64_t rem = n % per) {
-    uint8_t last[5] = {0, 0, 0, 0, 0};
-    std::memcpy(last, t + per * full, rem);
-    out[full] = base3 ? pack_base3(last) : pack_2bit(last);
-  }
 }
 
 // The five trits of each base-3 byte (bytes 243..255 hold none: all zero here, rejected before use).
@@ -165,10 +191,171 @@ void moments_sse2(const float* x, uint64_t n, TernGradMoments& m) { add_moments(
 void encode_sse2(const TernGradEncodeSpan& j) { encode_span(j); }
 bool decode_sse2(const TernGradDecodeSpan& j) { return decode_span(j); }
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void moments_avx2(const float* x, uint64_t n, TernGradMoments& m) {
-  add_moments(x, n, m);
+// The AVX2 loops: the same operations as the portable ones, written out with intrinsics.
+#define GCZ_AVX2_INLINE [[gnu::always_inline, gnu::target("avx2")]] inline
+
+// A block's sums when all its elements are finite (then its count is its length and no element
+// needs zeroing): lanes 0-3 and 4-7 of add_block as two vectors of four doubles per sum, with the max
+// of the bits taken in the same pass.
+struct BlockSums {
+  double s1[8], s2[8];
+  int32_t max_bits;
+};
+
+GCZ_AVX2_INLINE int32_t hmax_avx2(__m256i v) {
+  __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
+  m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(m4);
 }
-__attribute__((target("avx2"))) void encode_avx2(const TernGradEncodeSpan& j) { encode_span(j); }
+
+// The sums of the eight elements at x into (s1a, s1b, s2a, s2b), and their bits' max into mx.
+GCZ_AVX2_INLINE void add8_avx2(const float* x, __m256d k, __m256d& s1a, __m256d& s1b, __m256d& s2a, __m256d& s2b,
+                               __m256i& mx) {
+  const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  mx = _mm256_max_epi32(mx, _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF)));
+  const __m256 v = _mm256_castsi256_ps(xi);
+  const __m256d da = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), k);
+  const __m256d db = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), k);
+  s1a = _mm256_add_pd(s1a, da);
+  s1b = _mm256_add_pd(s1b, db);
+  s2a = _mm256_add_pd(s2a, _mm256_mul_pd(da, da));
+  s2b = _mm256_add_pd(s2b, _mm256_mul_pd(db, db));
+}
+
+GCZ_AVX2_INLINE void store_sums(__m256d s1a, __m256d s1b, __m256d s2a, __m256d s2b, __m256i mx, BlockSums& out) {
+  _mm256_storeu_pd(out.s1, s1a);
+  _mm256_storeu_pd(out.s1 + 4, s1b);
+  _mm256_storeu_pd(out.s2, s2a);
+  _mm256_storeu_pd(out.s2 + 4, s2b);
+  out.max_bits = hmax_avx2(mx);
+}
+
+// One block x[0, n), any n <= kSumBlock: whole lanes in vectors, the rest as add_block does.
+GCZ_AVX2_INLINE void one_block_avx2(const float* x, uint64_t n, double shift, BlockSums& a) {
+  const __m256d k = _mm256_set1_pd(shift);
+  __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
+  __m256i mx = _mm256_setzero_si256();
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) add8_avx2(x + i, k, s1a, s1b, s2a, s2b, mx);
+  store_sums(s1a, s1b, s2a, s2b, mx, a);
+  for (int j = 0; i < n; ++i, ++j) {
+    a.max_bits = std::max(a.max_bits, static_cast<int32_t>(abs_bits(x[i])));
+    const double d = static_cast<double>(x[i]) - shift;
+    a.s1[j] += d;
+    a.s2[j] += d * d;
+  }
+}
+
+// Adds block x[0, n) to m: from its fast sums if it was all finite, else element by element.
+GCZ_AVX2_INLINE void commit_block(const float* x, uint64_t n, const BlockSums& b, TernGradMoments& m) {
+  if (b.max_bits >= 0x7F800000) return add_block_checked(x, n, m);
+  m.s1.add(combine_lanes(b.s1));
+  m.s2.add(combine_lanes(b.s2));
+  m.finite += n;
+  m.max_bits = std::max(m.max_bits, b.max_bits);
+}
+
+__attribute__((target("avx2"))) void moments_avx2(const float* x, uint64_t n, TernGradMoments& m) {
+  find_shift(x, n, m);
+  uint64_t b = 0;
+  if (!m.has_shift) {  // no finite element at all: every block adds zeros
+    for (; b < n; b += kSumBlock) add_block_checked(x + b, std::min(kSumBlock, n - b), m);
+    return;
+  }
+  BlockSums s0;
+  for (; b < n; b += kSumBlock) {
+    const uint64_t len = std::min(kSumBlock, n - b);
+    one_block_avx2(x + b, len, m.shift, s0);
+    commit_block(x + b, len, s0, m);
+  }
+}
+
+// The trits of eight elements as 32-bit lanes: terngrad::trit<kStochastic> lane by lane. one_at_s is
+// p for an element at the clip (1, or 0 when s = 0).
+template <bool kStochastic>
+GCZ_AVX2_INLINE __m256i trits8_avx2(const float* x, const uint16_t* u, __m256 s, __m256 inv, __m256 one_at_s) {
+  const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i abs = _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 y_abs = _mm256_castsi256_ps(_mm256_and_si256(abs, _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs)));
+  const __m256 a = _mm256_min_ps(y_abs, s);  // a < s ? a : s
+  const __m256 p = _mm256_blendv_ps(one_at_s, _mm256_mul_ps(a, inv), _mm256_cmp_ps(a, s, _CMP_LT_OQ));
+  __m256i on;
+  if constexpr (kStochastic) {
+    // u <= p as 2 d < floor(2^17 p) (Rng::bernoulli).
+    const __m256i d = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+    on = _mm256_cmpgt_epi32(_mm256_cvttps_epi32(_mm256_mul_ps(p, _mm256_set1_ps(131072.0f))), _mm256_add_epi32(d, d));
+  } else {
+    on = _mm256_castps_si256(_mm256_cmp_ps(p, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
+  }
+  // A nonzero trit has |x| > 0, so its sign is x's sign bit: 1 + sign is kPlus or kMinus.
+  return _mm256_and_si256(on, _mm256_add_epi32(_mm256_srli_epi32(xi, 31), _mm256_set1_epi32(1)));
+}
+
+template <bool kStochastic>
+GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint16_t* u, uint8_t* t, uint64_t n, float s_value) {
+  const float inv_value = s_value > 0.0f ? 1.0f / s_value : 0.0f;
+  const __m256 s = _mm256_set1_ps(s_value), inv = _mm256_set1_ps(inv_value);
+  const __m256 one_at_s = _mm256_set1_ps(s_value > 0.0f ? 1.0f : 0.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  uint64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i t0 = trits8_avx2<kStochastic>(x + i, u + i, s, inv, one_at_s);
+    const __m256i t1 = trits8_avx2<kStochastic>(x + i + 8, u + i + 8, s, inv, one_at_s);
+    const __m256i t2 = trits8_avx2<kStochastic>(x + i + 16, u + i + 16, s, inv, one_at_s);
+    const __m256i t3 = trits8_avx2<kStochastic>(x + i + 24, u + i + 24, s, inv, one_at_s);
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(t0, t1), _mm256_packs_epi32(t2, t3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + i), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  for (; i < n; ++i) t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s_value, inv_value, Rng::to_uniform(u[i])));
+}
+
+// With one scale for the span (a tensor scale, or a group that holds the span), base3 packing runs
+// inside the trit loop, a step behind it: its scalar multiplies then overlap the vector work.
+template <bool kStochastic>
+GCZ_AVX2_INLINE void trit_pack_run_avx2(const TernGradEncodeSpan& j) {
+  const float s_value = j.scales[0], inv_value = s_value > 0.0f ? 1.0f / s_value : 0.0f;
+  const __m256 s = _mm256_set1_ps(s_value), inv = _mm256_set1_ps(inv_value);
+  const __m256 one_at_s = _mm256_set1_ps(s_value > 0.0f ? 1.0f : 0.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const float* x = j.x;
+  const uint16_t* u = j.u;
+  uint8_t* t = j.scratch;
+  uint64_t i = 0, packed = 0;  // bytes written to j.out
+  for (; i + 32 <= j.len; i += 32) {
+    // The whole groups of five stored two steps ago or earlier (a read reaches 8 bytes): reading
+    // bytes still in flight from the last vector stores would stall on store forwarding.
+    for (; 5 * packed + 8 + 64 <= i; ++packed) j.out[packed] = pack_base3_word(t + 5 * packed);
+    const __m256i t0 = trits8_avx2<kStochastic>(x + i, u + i, s, inv, one_at_s);
+    const __m256i t1 = trits8_avx2<kStochastic>(x + i + 8, u + i + 8, s, inv, one_at_s);
+    const __m256i t2 = trits8_avx2<kStochastic>(x + i + 16, u + i + 16, s, inv, one_at_s);
+    const __m256i t3 = trits8_avx2<kStochastic>(x + i + 24, u + i + 24, s, inv, one_at_s);
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(t0, t1), _mm256_packs_epi32(t2, t3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + i), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  for (; i < j.len; ++i) t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s_value, inv_value, Rng::to_uniform(u[i])));
+  pack(true, t + 5 * packed, j.len - 5 * packed, j.out + packed);
+}
+
+__attribute__((target("avx2"))) void encode_avx2(const TernGradEncodeSpan& j) {
+  if (j.base3 && j.piece >= j.len) {
+    if (j.stochastic) {
+      trit_pack_run_avx2<true>(j);
+    } else {
+      trit_pack_run_avx2<false>(j);
+    }
+    return;
+  }
+  for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.piece) {
+    const uint64_t n = std::min(j.piece, j.len - a);
+    if (j.stochastic) {
+      trit_run_avx2<true>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g]);
+    } else {
+      trit_run_avx2<false>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g]);
+    }
+  }
+  pack(j.base3, j.scratch, j.len, j.out);
+}
 __attribute__((target("avx2"))) bool decode_avx2(const TernGradDecodeSpan& j) { return decode_span(j); }
 #endif
 
