@@ -8,6 +8,7 @@
 #include "codecs/quant_uniforms.h"
 
 #include <atomic>
+#include <cstring>
 
 #include "gcz/detail/philox.h"
 
@@ -177,9 +178,17 @@ void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t
     for (; k + 8 * kBlocksPerCall <= n; k += 8 * kBlocksPerCall) {
       if (touch != nullptr) {
         // The cache lines of this call's values (8 * kBlocksPerCall floats, 12 lines).
-        for (uint64_t b = 0; b < 8 * kBlocksPerCall; b += 16) _mm_prefetch(reinterpret_cast<const char*>(touch + k + b), _MM_HINT_T0);
+        for (uint64_t b = 0; b < 8 * kBlocksPerCall; b += 16) {
+          _mm_prefetch(reinterpret_cast<const char*>(touch + k + b), _MM_HINT_T0);
+        }
       }
       blocks_avx2((first + k) / 8, keys, d + k);
+    }
+    if (n - k >= 32) {  // one more call for the rest, through a buffer
+      alignas(32) uint16_t rest[8 * kBlocksPerCall];
+      blocks_avx2((first + k) / 8, keys, rest);
+      std::memcpy(d + k, rest, (n - k) * sizeof(uint16_t));
+      k = n;
     }
   }
   for (; k + 32 <= n; k += 32) blocks4((first + k) / 8, k0, k1, purpose, d + k);
