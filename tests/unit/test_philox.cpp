@@ -101,7 +101,9 @@ TEST(Philox, BulkDrawsMatchDraw16) {
       for (const uint64_t n : {0ull, 1ull, 31ull, 32ull, 33ull, 191ull, 192ull, 500ull, 4099ull}) {
         std::vector<uint16_t> d(n + 1, 0xABCD);
         fill_draws16(seed, key, kStreamQsgdRounding, first, n, d.data());
-        for (uint64_t k = 0; k < n; ++k) ASSERT_EQ(d[k], rng.draw16(first + k)) << avx2 << " " << first << " " << n << " " << k;
+        for (uint64_t k = 0; k < n; ++k) {
+          ASSERT_EQ(d[k], rng.draw16(first + k)) << avx2 << " " << first << " " << n << " " << k;
+        }
         ASSERT_EQ(d[n], 0xABCD) << "wrote past the end";
       }
     }

@@ -276,9 +276,10 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   sets[3][5000] = -0.0f;
   for (std::size_t d = 0; d < sets.size(); ++d) {
     const std::vector<float>& x = sets[d];
-    for (const char* spec : {"terngrad", "terngrad:packing=2bit,rounding=deterministic", "terngrad:scale=group,group=300",
-                             "terngrad:scale=group,group=7,clip=1,packing=2bit", "terngrad:clip=0",
-                             "terngrad:scale=group,group=256,rounding=deterministic", "terngrad:scale=group,group=33"}) {
+    for (const char* spec :
+         {"terngrad", "terngrad:packing=2bit,rounding=deterministic", "terngrad:scale=group,group=300",
+          "terngrad:scale=group,group=7,clip=1,packing=2bit", "terngrad:clip=0",
+          "terngrad:scale=group,group=256,rounding=deterministic", "terngrad:scale=group,group=33"}) {
       Encoded e[2];
       std::vector<float> y[2];
       for (int avx2 = 0; avx2 < 2; ++avx2) {

@@ -99,7 +99,8 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
       fill_draws16(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data(), x);
     }
     qsgd_encode_span(o_.bits, {x, u_.data(), len, o_.group, o_.l2_scale, o_.stochastic, o_.scale_dtype,
-                               out[1].data() + scale_old + a / o_.group * ssize, scale_.data(), finite_.data(), codes_.data(),
+                               out[1].data() + scale_old + a / o_.group * ssize, scale_.data(), finite_.data(),
+                               codes_.data(),
                                reinterpret_cast<uint8_t*>(out[0].data() + code_old + a * o_.bits / 8)});
   }
   return Status::ok();

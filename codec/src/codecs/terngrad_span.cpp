@@ -277,7 +277,8 @@ template <bool kStochastic>
 GCZ_AVX2_INLINE __m256i trits8_avx2(const float* x, const uint16_t* u, __m256 s, __m256 inv, __m256 one_at_s) {
   const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   const __m256i abs = _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF));
-  const __m256 y_abs = _mm256_castsi256_ps(_mm256_and_si256(abs, _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs)));
+  const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs);
+  const __m256 y_abs = _mm256_castsi256_ps(_mm256_and_si256(abs, finite));
   const __m256 a = _mm256_min_ps(y_abs, s);  // a < s ? a : s
   const __m256 p = _mm256_blendv_ps(one_at_s, _mm256_mul_ps(a, inv), _mm256_cmp_ps(a, s, _CMP_LT_OQ));
   __m256i on;
@@ -333,7 +334,9 @@ GCZ_AVX2_INLINE void trit_pack_run_avx2(const TernGradEncodeSpan& j) {
     const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(t0, t1), _mm256_packs_epi32(t2, t3));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + i), _mm256_permutevar8x32_epi32(bytes, order));
   }
-  for (; i < j.len; ++i) t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s_value, inv_value, Rng::to_uniform(u[i])));
+  for (; i < j.len; ++i) {
+    t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s_value, inv_value, Rng::to_uniform(u[i])));
+  }
   pack(true, t + 5 * packed, j.len - 5 * packed, j.out + packed);
 }
 
