@@ -111,5 +111,24 @@ TEST(Philox, BulkDrawsMatchDraw16) {
   allow_avx2_for_testing(true);
 }
 
+TEST(Philox, BulkDrawsMatchBits) {
+  const uint64_t seed = 0x1234, key = 0x9876543210ull;
+  const Rng rng(seed, key, kStreamRandomK);
+  for (const bool avx2 : {true, false}) {
+    allow_avx2_for_testing(avx2);
+    for (const uint64_t first : {0ull, 1ull, 3ull, 4ull, 4096ull, (1ull << 33) + 2}) {
+      for (const uint64_t n : {0ull, 1ull, 15ull, 16ull, 17ull, 95ull, 96ull, 97ull, 300ull, 4096ull}) {
+        std::vector<uint32_t> d(n + 1, 0xABCDABCDu);
+        fill_draws32(seed, key, kStreamRandomK, first, n, d.data());
+        for (uint64_t k = 0; k < n; ++k) {
+          ASSERT_EQ(d[k], rng.bits(first + k)) << avx2 << " " << first << " " << n << " " << k;
+        }
+        ASSERT_EQ(d[n], 0xABCDABCDu) << "wrote past the end";
+      }
+    }
+  }
+  allow_avx2_for_testing(true);
+}
+
 }  // namespace
 }  // namespace gcz::detail

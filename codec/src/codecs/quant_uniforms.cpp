@@ -22,9 +22,6 @@ namespace {
 constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
 constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
 
-void fill_scalar(const Rng& rng, uint64_t first, uint64_t n, uint16_t* d) {
-  for (uint64_t k = 0; k < n; ++k) d[k] = rng.draw16(first + k);
-}
 
 #if defined(__x86_64__)
 
@@ -164,36 +161,56 @@ bool cpu_has_avx2() {
 
 void allow_avx2_for_testing(bool allowed) { g_avx2_allowed.store(allowed); }
 
-void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint16_t* d,
-                  const float* touch) {
+namespace {
+
+// The 16-bit (T = uint16_t) or 32-bit (T = uint32_t) draws first .. first + n - 1: one by one up to a
+// block boundary, then whole calls of the vector kernel, the rest of the AVX2 work through a buffer.
+template <typename T>
+void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, T* d,
+                const float* touch) {
+  constexpr uint64_t kPerBlock = 16 / sizeof(T);  // draws per Philox block
   const Rng rng(seed, tensor_key, purpose);
+  auto draw = [&rng](uint64_t i) -> T {
+    if constexpr (sizeof(T) == 2) return rng.draw16(i);
+    return rng.bits(i);
+  };
   uint64_t k = 0;
-  // Draws before the first whole block (eight 16-bit draws), one by one.
-  for (; k < n && (first + k) % 8 != 0; ++k) d[k] = rng.draw16(first + k);
+  for (; k < n && (first + k) % kPerBlock != 0; ++k) d[k] = draw(first + k);
 #if defined(__x86_64__)
   const uint32_t k0 = static_cast<uint32_t>(seed ^ tensor_key), k1 = static_cast<uint32_t>((seed ^ tensor_key) >> 32);
   if (cpu_has_avx2()) {
+    constexpr uint64_t kPerCall = kPerBlock * kBlocksPerCall;
     Keys8 keys;
     make_keys8(k0, k1, purpose, keys);
-    for (; k + 8 * kBlocksPerCall <= n; k += 8 * kBlocksPerCall) {
-      if (touch != nullptr) {
-        // The cache lines of this call's values (8 * kBlocksPerCall floats, 12 lines).
-        for (uint64_t b = 0; b < 8 * kBlocksPerCall; b += 16) {
+    for (; k + kPerCall <= n; k += kPerCall) {
+      if (touch != nullptr) {  // the cache lines of the values this call's draws will round
+        for (uint64_t b = 0; b < kPerCall; b += 16) {
           _mm_prefetch(reinterpret_cast<const char*>(touch + k + b), _MM_HINT_T0);
         }
       }
-      blocks_avx2((first + k) / 8, keys, d + k);
+      blocks_avx2((first + k) / kPerBlock, keys, d + k);
     }
-    if (n - k >= 32) {  // one more call for the rest, through a buffer
-      alignas(32) uint16_t rest[8 * kBlocksPerCall];
-      blocks_avx2((first + k) / 8, keys, rest);
-      std::memcpy(d + k, rest, (n - k) * sizeof(uint16_t));
+    if (n - k >= 4 * kPerBlock) {  // one more call for the rest, through a buffer
+      alignas(32) T rest[kPerCall];
+      blocks_avx2((first + k) / kPerBlock, keys, rest);
+      std::memcpy(d + k, rest, (n - k) * sizeof(T));
       k = n;
     }
   }
-  for (; k + 32 <= n; k += 32) blocks4((first + k) / 8, k0, k1, purpose, d + k);
+  for (; k + 4 * kPerBlock <= n; k += 4 * kPerBlock) blocks4((first + k) / kPerBlock, k0, k1, purpose, d + k);
 #endif
-  fill_scalar(rng, first + k, n - k, d + k);
+  for (; k < n; ++k) d[k] = draw(first + k);
+}
+
+}  // namespace
+
+void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint16_t* d,
+                  const float* touch) {
+  fill_draws(seed, tensor_key, purpose, first, n, d, touch);
+}
+
+void fill_draws32(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint32_t* d) {
+  fill_draws(seed, tensor_key, purpose, first, n, d, static_cast<const float*>(nullptr));
 }
 
 }  // namespace gcz::detail

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "codecs/quant_uniforms.h"
 #include "gcz/detail/philox.h"
 #include "gcz/detail/select.h"
 
@@ -11,21 +12,16 @@ namespace gcz::codecs {
 
 namespace {
 
-// Writes the keys of elements [first, first + count) to out; first is a multiple of 4.
-void draw_keys(const detail::Rng& rng, uint64_t first, uint64_t count, uint32_t* out) {
-  const uint64_t blocks = count / 4;
-  for (uint64_t b = 0; b < blocks; ++b) {  // vectorizes: the blocks are independent
-    const detail::Philox4x32 r = rng.block(first / 4 + b);
-    for (int w = 0; w < 4; ++w) out[4 * b + w] = r.v[w];
-  }
-  for (uint64_t i = 4 * blocks; i < count; ++i) out[i] = rng.bits(first + i);
+// Writes the keys of elements [first, first + count) to out: their 32-bit draws.
+void draw_keys(const CodecContext& context, uint64_t first, uint64_t count, uint32_t* out) {
+  detail::fill_draws32(context.seed, context.tensor_key, detail::kStreamRandomK, first, count, out);
 }
 
 // The keys are uniform, so the k smallest almost surely lie below a bound some standard deviations
 // above the k/n quantile. Only the keys below it are kept, with their indices, in one pass; the exact
 // selection then runs on those few. Returns nothing in the (about 1e-15) case that fewer than k keys
 // fall below the bound, or when k/n is too large for the shortcut to pay.
-std::optional<std::vector<uint64_t>> select_below_bound(const detail::Rng& rng, uint64_t n, uint64_t k) {
+std::optional<std::vector<uint64_t>> select_below_bound(const CodecContext& context, uint64_t n, uint64_t k) {
   const double kd = static_cast<double>(k);
   const double fraction = (kd + 8.0 * std::sqrt(kd) + 16.0) / static_cast<double>(n);
   if (fraction > 0.25) return std::nullopt;
@@ -38,7 +34,7 @@ std::optional<std::vector<uint64_t>> select_below_bound(const detail::Rng& rng, 
   uint32_t keys[kSpan];
   for (uint64_t first = 0; first < n; first += kSpan) {
     const uint64_t count = std::min(kSpan, n - first);
-    draw_keys(rng, first, count, keys);
+    draw_keys(context, first, count, keys);
     for (uint64_t i = 0; i < count; ++i) {
       if (keys[i] < bound) {
         cand_keys.push_back(keys[i]);
@@ -62,11 +58,10 @@ std::optional<std::vector<uint64_t>> select_below_bound(const detail::Rng& rng, 
 std::vector<uint64_t> select_random_k(const CodecContext& context, uint64_t n, uint64_t k) {
   k = std::min(k, n);
   if (k == n) return detail::select_smallest<uint32_t>(n, k, [](uint64_t) { return uint32_t{0}; });
-  const detail::Rng rng(context.seed, context.tensor_key, detail::kStreamRandomK);
-  if (auto fast = select_below_bound(rng, n, k)) return std::move(*fast);
+  if (auto fast = select_below_bound(context, n, k)) return std::move(*fast);
   // The general path: every key drawn once, then the shared selection.
   std::vector<uint32_t> keys(n);
-  draw_keys(rng, 0, n, keys.data());
+  draw_keys(context, 0, n, keys.data());
   const uint32_t* key = keys.data();
   return detail::select_smallest<uint32_t>(n, k, [key](uint64_t i) { return key[i]; });
 }
