@@ -197,9 +197,9 @@ QsgdSpanError decode_sse2(const QsgdDecodeSpan& j) {
   return decode_span<B>(j);
 }
 #if defined(__x86_64__)
-// The AVX2 encoder: the same float32 operations as qsgd::quantize, eight lanes at a time, with the
-// group's max and its codes computed while the group is in L1. Scalar code finishes every group's
-// last (len mod 8) elements, so any group size and alignment works.
+// The AVX2 encoder: the same float32 operations as qsgd::quantize, eight lanes at a time, 32 codes
+// per step. Scalar code finishes every group's last (size mod 32) elements, so any group size and
+// alignment works.
 #define GCZ_AVX2_INLINE [[gnu::always_inline, gnu::target("avx2")]] inline
 
 // max over the group of |x| as bits when every element is finite; a result >= 0x7F800000 (an Inf or

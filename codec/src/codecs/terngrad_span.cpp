@@ -312,7 +312,7 @@ GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint16_t* u, uint8_t* t
 }
 
 // With one scale for the span (a tensor scale, or a group that holds the span), base3 packing runs
-// inside the trit loop, a step behind it: its scalar multiplies then overlap the vector work.
+// inside the trit loop, two steps behind it: its scalar multiplies then overlap the vector work.
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trit_pack_run_avx2(const TernGradEncodeSpan& j) {
   const float s_value = j.scales[0], inv_value = s_value > 0.0f ? 1.0f / s_value : 0.0f;
