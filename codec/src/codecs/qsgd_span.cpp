@@ -12,7 +12,7 @@
 #include "gcz/detail/quant_reduce.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "codecs/avx2_bytes.h"
 #endif
 
 namespace gcz::detail {
@@ -200,8 +200,6 @@ QsgdSpanError decode_sse2(const QsgdDecodeSpan& j) {
 // The AVX2 encoder: the same float32 operations as qsgd::quantize, eight lanes at a time, 32 codes
 // per step. Scalar code finishes every group's last (size mod 32) elements, so any group size and
 // alignment works.
-#define GCZ_AVX2_INLINE [[gnu::always_inline, gnu::target("avx2")]] inline
-
 // max over the group of |x| as bits when every element is finite; a result >= 0x7F800000 (an Inf or
 // NaN was seen) sends the caller to the exact group_max.
 GCZ_AVX2_INLINE int32_t abs_bits_max_avx2(const float* x, uint64_t n) {
@@ -217,11 +215,7 @@ GCZ_AVX2_INLINE int32_t abs_bits_max_avx2(const float* x, uint64_t n) {
     m0 = _mm256_max_epi32(m0, _mm256_and_si256(abs_mask, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
     i += 8;
   }
-  m0 = _mm256_max_epi32(m0, m1);
-  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(m0), _mm256_extracti128_si256(m0, 1));
-  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
-  int32_t r = _mm_cvtsi128_si32(m);
+  int32_t r = avx2::hmax_epi32(_mm256_max_epi32(m0, m1));
   for (; i < n; ++i) r = std::max(r, static_cast<int32_t>(bit_cast<uint32_t>(x[i]) & 0x7FFFFFFFu));
   return r;
 }
@@ -255,10 +249,10 @@ GCZ_AVX2_INLINE __m256i levels8_avx2(__m256i xi, const uint16_t* u, __m256 inv, 
 
 template <int B, bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint16_t* u, uint8_t* c, uint64_t n, float scale_value) {
-  const float s_value = static_cast<float>(levels(B)), inv_value = inverse_step(scale_value, levels(B));
-  const __m256 inv = _mm256_set1_ps(inv_value), s = _mm256_set1_ps(s_value);
+  const __m256 inv = _mm256_set1_ps(inverse_step(scale_value, levels(B)));
+  const __m256 s = _mm256_set1_ps(static_cast<float>(levels(B)));
   const __m256 scale_ge = _mm256_set1_ps(scale_value > 0.0f ? scale_value : __builtin_inff());
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), sign = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m256i xi[4], lv[4];
@@ -267,18 +261,16 @@ GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint16_t* u, uint8_
       lv[k] = levels8_avx2<kStochastic, kFinite>(xi[k], u + i + 8 * k, inv, s, scale_ge);
     }
     // Levels < 128 and the elements' bits packed alike to bytes (the signed saturating packs keep
-    // each sign); the packs interleave the 128-bit lanes, which one permute of the codes undoes.
-    const __m256i levels = _mm256_packus_epi16(_mm256_packs_epi32(lv[0], lv[1]), _mm256_packs_epi32(lv[2], lv[3]));
+    // each sign), both in the packs' interleaved order, which one permute of the codes undoes.
+    const __m256i levels = avx2::pack_interleaved(lv[0], lv[1], lv[2], lv[3]);
     const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(xi[0], xi[1]), _mm256_packs_epi32(xi[2], xi[3]));
     // The sign bit (bit 7 of a byte, moved to bit B - 1) where x < 0 and the level is not 0.
     __m256i neg = _mm256_and_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(levels, _mm256_setzero_si256()), signs), sign);
     if constexpr (B < 8) neg = _mm256_srli_epi16(neg, 8 - B);  // bit 15 stays in its byte, at bit 7 + B
     const __m256i codes = _mm256_or_si256(levels, neg);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i), _mm256_permutevar8x32_epi32(codes, order));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i), avx2::in_element_order(codes));
   }
-  for (; i < n; ++i) {
-    c[i] = static_cast<uint8_t>(quantize<B, kStochastic>(x[i], inv_value, s_value, scale_value, Rng::to_uniform(u[i])));
-  }
+  quantize_run<B, kStochastic>(x + i, u + i, c + i, n - i, scale_value);  // the last (n mod 32)
 }
 
 // The span's scales first (max scale: a vector max, exact unless an element is not finite; l2 scale:

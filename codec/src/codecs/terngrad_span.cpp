@@ -13,7 +13,7 @@
 #include "gcz/detail/terngrad_math.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "codecs/avx2_bytes.h"
 #endif
 
 namespace gcz::detail {
@@ -192,7 +192,6 @@ void encode_sse2(const TernGradEncodeSpan& j) { encode_span(j); }
 bool decode_sse2(const TernGradDecodeSpan& j) { return decode_span(j); }
 #if defined(__x86_64__)
 // The AVX2 loops: the same operations as the portable ones, written out with intrinsics.
-#define GCZ_AVX2_INLINE [[gnu::always_inline, gnu::target("avx2")]] inline
 
 // A block's sums when all its elements are finite (then its count is its length and no element
 // needs zeroing): lanes 0-3 and 4-7 of add_block as two vectors of four doubles per sum, with the max
@@ -201,13 +200,6 @@ struct BlockSums {
   double s1[8], s2[8];
   int32_t max_bits;
 };
-
-GCZ_AVX2_INLINE int32_t hmax_avx2(__m256i v) {
-  __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
-  m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(m4);
-}
 
 // The sums of the eight elements at x into (s1a, s1b, s2a, s2b), and their bits' max into mx.
 GCZ_AVX2_INLINE void add8_avx2(const float* x, __m256d k, __m256d& s1a, __m256d& s1b, __m256d& s2a, __m256d& s2b,
@@ -228,7 +220,7 @@ GCZ_AVX2_INLINE void store_sums(__m256d s1a, __m256d s1b, __m256d s2a, __m256d s
   _mm256_storeu_pd(out.s1 + 4, s1b);
   _mm256_storeu_pd(out.s2, s2a);
   _mm256_storeu_pd(out.s2 + 4, s2b);
-  out.max_bits = hmax_avx2(mx);
+  out.max_bits = avx2::hmax_epi32(mx);
 }
 
 // One block x[0, n), any n <= kSumBlock: whole lanes in vectors, the rest as add_block does.
@@ -271,16 +263,25 @@ __attribute__((target("avx2"))) void moments_avx2(const float* x, uint64_t n, Te
   }
 }
 
-// The trits of eight elements as 32-bit lanes: terngrad::trit<kStochastic> lane by lane. one_at_s is
-// p for an element at the clip (1, or 0 when s = 0).
+// One scale's constants for the trit loops, broadcast. one_at_s is p for an element at the clip (1,
+// or 0 when s = 0).
+struct TritScale {
+  __m256 s, inv, one_at_s;
+};
+GCZ_AVX2_INLINE TritScale trit_scale(float s) {
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  return {_mm256_set1_ps(s), _mm256_set1_ps(inv), _mm256_set1_ps(s > 0.0f ? 1.0f : 0.0f)};
+}
+
+// The trits of eight elements as 32-bit lanes: terngrad::trit<kStochastic> lane by lane.
 template <bool kStochastic>
-GCZ_AVX2_INLINE __m256i trits8_avx2(const float* x, const uint16_t* u, __m256 s, __m256 inv, __m256 one_at_s) {
+GCZ_AVX2_INLINE __m256i trits8_avx2(const float* x, const uint16_t* u, const TritScale& c) {
   const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   const __m256i abs = _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF));
   const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs);
   const __m256 y_abs = _mm256_castsi256_ps(_mm256_and_si256(abs, finite));
-  const __m256 a = _mm256_min_ps(y_abs, s);  // a < s ? a : s
-  const __m256 p = _mm256_blendv_ps(one_at_s, _mm256_mul_ps(a, inv), _mm256_cmp_ps(a, s, _CMP_LT_OQ));
+  const __m256 a = _mm256_min_ps(y_abs, c.s);  // a < s ? a : s
+  const __m256 p = _mm256_blendv_ps(c.one_at_s, _mm256_mul_ps(a, c.inv), _mm256_cmp_ps(a, c.s, _CMP_LT_OQ));
   __m256i on;
   if constexpr (kStochastic) {
     // u <= p as 2 d < floor(2^17 p) (Rng::bernoulli).
@@ -293,50 +294,37 @@ GCZ_AVX2_INLINE __m256i trits8_avx2(const float* x, const uint16_t* u, __m256 s,
   return _mm256_and_si256(on, _mm256_add_epi32(_mm256_srli_epi32(xi, 31), _mm256_set1_epi32(1)));
 }
 
+// The trits of the 32 elements at x, as bytes at t.
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint16_t* u, uint8_t* t, uint64_t n, float s_value) {
-  const float inv_value = s_value > 0.0f ? 1.0f / s_value : 0.0f;
-  const __m256 s = _mm256_set1_ps(s_value), inv = _mm256_set1_ps(inv_value);
-  const __m256 one_at_s = _mm256_set1_ps(s_value > 0.0f ? 1.0f : 0.0f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint16_t* u, const TritScale& c, uint8_t* t) {
+  const __m256i bytes =
+      avx2::pack_interleaved(trits8_avx2<kStochastic>(x, u, c), trits8_avx2<kStochastic>(x + 8, u + 8, c),
+                             trits8_avx2<kStochastic>(x + 16, u + 16, c), trits8_avx2<kStochastic>(x + 24, u + 24, c));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), avx2::in_element_order(bytes));
+}
+
+template <bool kStochastic>
+GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint16_t* u, uint8_t* t, uint64_t n, float s) {
+  const TritScale c = trit_scale(s);
   uint64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m256i t0 = trits8_avx2<kStochastic>(x + i, u + i, s, inv, one_at_s);
-    const __m256i t1 = trits8_avx2<kStochastic>(x + i + 8, u + i + 8, s, inv, one_at_s);
-    const __m256i t2 = trits8_avx2<kStochastic>(x + i + 16, u + i + 16, s, inv, one_at_s);
-    const __m256i t3 = trits8_avx2<kStochastic>(x + i + 24, u + i + 24, s, inv, one_at_s);
-    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(t0, t1), _mm256_packs_epi32(t2, t3));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + i), _mm256_permutevar8x32_epi32(bytes, order));
-  }
-  for (; i < n; ++i) t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s_value, inv_value, Rng::to_uniform(u[i])));
+  for (; i + 32 <= n; i += 32) trits32_avx2<kStochastic>(x + i, u + i, c, t + i);
+  trit_run<kStochastic>(x + i, u + i, t + i, n - i, s);  // the last (n mod 32)
 }
 
 // With one scale for the span (a tensor scale, or a group that holds the span), base3 packing runs
 // inside the trit loop, two steps behind it: its scalar multiplies then overlap the vector work.
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trit_pack_run_avx2(const TernGradEncodeSpan& j) {
-  const float s_value = j.scales[0], inv_value = s_value > 0.0f ? 1.0f / s_value : 0.0f;
-  const __m256 s = _mm256_set1_ps(s_value), inv = _mm256_set1_ps(inv_value);
-  const __m256 one_at_s = _mm256_set1_ps(s_value > 0.0f ? 1.0f : 0.0f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const float* x = j.x;
-  const uint16_t* u = j.u;
+  const TritScale c = trit_scale(j.scales[0]);
   uint8_t* t = j.scratch;
   uint64_t i = 0, packed = 0;  // bytes written to j.out
   for (; i + 32 <= j.len; i += 32) {
     // The whole groups of five stored two steps ago or earlier (a read reaches 8 bytes): reading
     // bytes still in flight from the last vector stores would stall on store forwarding.
     for (; 5 * packed + 8 + 64 <= i; ++packed) j.out[packed] = pack_base3_word(t + 5 * packed);
-    const __m256i t0 = trits8_avx2<kStochastic>(x + i, u + i, s, inv, one_at_s);
-    const __m256i t1 = trits8_avx2<kStochastic>(x + i + 8, u + i + 8, s, inv, one_at_s);
-    const __m256i t2 = trits8_avx2<kStochastic>(x + i + 16, u + i + 16, s, inv, one_at_s);
-    const __m256i t3 = trits8_avx2<kStochastic>(x + i + 24, u + i + 24, s, inv, one_at_s);
-    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(t0, t1), _mm256_packs_epi32(t2, t3));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + i), _mm256_permutevar8x32_epi32(bytes, order));
+    trits32_avx2<kStochastic>(j.x + i, j.u + i, c, t + i);
   }
-  for (; i < j.len; ++i) {
-    t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s_value, inv_value, Rng::to_uniform(u[i])));
-  }
+  trit_run<kStochastic>(j.x + i, j.u + i, t + i, j.len - i, j.scales[0]);  // the last (len mod 32)
   pack(true, t + 5 * packed, j.len - 5 * packed, j.out + packed);
 }
 

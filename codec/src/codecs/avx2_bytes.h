@@ -1,0 +1,34 @@
+// AVX2 pieces the quantizers' span loops share (qsgd_span.cpp, terngrad_span.cpp): narrowing 32
+// 32-bit lanes to 32 bytes in element order, and the max of eight int32 lanes. Each function is
+// force-inlined into AVX2 code only; include this file from x86-64 translation units.
+//
+//   __m256i bytes = gcz::detail::avx2::pack_interleaved(c0, c1, c2, c3);  // lanes 0..255
+//   _mm256_storeu_si256(out, gcz::detail::avx2::in_element_order(bytes));
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace gcz::detail::avx2 {
+
+#define GCZ_AVX2_INLINE [[gnu::always_inline, gnu::target("avx2")]] inline
+
+// The 32 lanes of a..d (each 0..255) as bytes, with their 128-bit halves interleaved the way the
+// AVX2 packs leave them: a[0..3] b[0..3] c[0..3] d[0..3] | a[4..7] b[4..7] c[4..7] d[4..7]. Lane-wise
+// work on bytes can happen in this order; in_element_order then puts element k at byte k.
+GCZ_AVX2_INLINE __m256i pack_interleaved(__m256i a, __m256i b, __m256i c, __m256i d) {
+  return _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+}
+GCZ_AVX2_INLINE __m256i in_element_order(__m256i interleaved) {
+  return _mm256_permutevar8x32_epi32(interleaved, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+GCZ_AVX2_INLINE int32_t hmax_epi32(__m256i v) {
+  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(m);
+}
+
+}  // namespace gcz::detail::avx2
