@@ -86,7 +86,8 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
   app.add_option("--seed", a.seed, "Seed for codecs that draw random numbers (recorded in the file)")
       ->capture_default_str();
   app.add_option("--threads", a.threads,
-                 "CPU threads for element-wise codecs; 0 = one per core. The output is the same for any count")
+                 "CPU threads (element-wise codecs, tensor-scale terngrad, error measurement); 0 = one per core. "
+                 "The output is the same for any count")
       ->capture_default_str();
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
   app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");

@@ -146,6 +146,11 @@ Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensor
     codecs.push_back(std::move(c));
   }
   std::vector<Piece> pieces = make_pieces(tensors, codecs[0]->chunk_unit(), threads);
+  // A whole-tensor codec keeps one piece per tensor: with fewer tensors than threads, it uses the
+  // threads left over inside its calls.
+  if (codecs[0]->chunk_unit() == 0 && pieces.size() < threads) {
+    for (auto& c : codecs) c->set_threads(threads / static_cast<unsigned>(pieces.size()));
+  }
   std::vector<ZSTD_CCtx*> cctx(threads);
   std::vector<ZSTD_DCtx*> dctx(threads);
   for (unsigned k = 0; k < threads; ++k) {

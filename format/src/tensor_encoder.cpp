@@ -5,6 +5,8 @@
 #include <thread>
 #include <cstring>
 
+#include "parallel.h"
+
 namespace gcz::detail {
 
 Status MemorySource::read(uint64_t first, uint64_t count, void* dst) {
@@ -40,11 +42,13 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
   GCZ_RETURN_IF_ERROR(writer_.begin_tensor(rec));
 
   // Chunks are whole codec units. Thread pieces after the first start at multiples of L, whole units
-  // and whole metric blocks, so their metrics can be appended in order.
+  // and whole metric blocks, so their metrics can be appended in order. A whole-tensor codec takes
+  // the threads inside its one call instead; its metrics are then measured in pieces on the threads.
   const uint64_t unit = codec.chunk_unit();
   const uint64_t L = unit == 0 ? 0 : std::lcm(unit, MetricsAccumulator::kBlock);
   const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1) : std::max(unit, chunk_elements_ / unit * unit);
   const unsigned threads = unit == 0 ? 1u : threads_;
+  if (unit == 0) codec.set_threads(threads_);
   std::vector<std::unique_ptr<Codec>> extra;  // one codec per extra thread
   for (unsigned k = 1; k < threads; ++k) {
     GCZ_ASSIGN_OR_RETURN(auto c, make_codec(plan.codec.name, plan.codec.params, backend_));
@@ -114,7 +118,14 @@ Status TensorEncoder::encode_piece(Codec& codec, const TensorInfo& t, uint64_t c
   // Decode what was just encoded, to measure what it lost.
   std::vector<ByteSpan> spans(out.begin(), out.end());
   GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat));
-  acc.add(t.dtype, reference ? reference + first * esize : x, xhat, count);
+  const std::byte* ref = reference ? reference + first * esize : x;
+  const unsigned parts = codec.chunk_unit() == 0 ? parts_for(threads_, count, MetricsAccumulator::kBlock) : 1u;
+  std::vector<MetricsAccumulator> accs;
+  for (unsigned k = 1; k < parts; ++k) accs.emplace_back(first + part_begin(parts, count, MetricsAccumulator::kBlock, k));
+  run_parts(parts, count, MetricsAccumulator::kBlock, [&](unsigned k, uint64_t a, uint64_t b) {
+    (k == 0 ? acc : accs[k - 1]).add(t.dtype, ref + a * esize, xhat + a * esize, b - a);
+  });
+  for (MetricsAccumulator& a : accs) acc.append(std::move(a));
   return Status::ok();
 }
 

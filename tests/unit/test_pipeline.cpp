@@ -166,10 +166,12 @@ TEST(Pipeline, OutputIsDeterministicAndIndependentOfChunking) {
 TEST(Pipeline, BytesDoNotDependOnTheThreadCount) {
   const fs::path d = temp_dir("threads");
   std::vector<ByteBuffer> values;
-  write_inputs(d / "in.safetensors", {{"a", DType::kFloat32, {300000}}, {"b", DType::kBFloat16, {70000, 3}}}, values);
+  write_inputs(d / "in.safetensors", {{"a", DType::kFloat32, {600000}}, {"b", DType::kBFloat16, {70000, 3}}}, values);
   EncodeOptions o;
   o.device = DeviceRequest::kCpu;
-  for (const char* spec : {"fp16", "bf16+zstd", "qsgd:bits=4,group=100", "terngrad:scale=group,group=50+zstd"}) {
+  // Chunked codecs, and whole-tensor codecs (threads inside the codec, metrics measured in pieces).
+  for (const char* spec : {"fp16", "bf16+zstd", "qsgd:bits=4,group=100", "terngrad:scale=group,group=50+zstd",
+                           "terngrad", "topk:ratio=0.01"}) {
     o.spec = spec;
     // Several chunks, each split over the threads; chunk starts on and off metric-block boundaries.
     for (uint64_t chunk : {uint64_t{1} << 17, uint64_t{100000}}) {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "codecs/quant_uniforms.h"
+#include "codecs/terngrad_span.h"
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
 #include "gcz/convert.h"
@@ -235,7 +236,8 @@ TEST(TernGrad, ChunkedEncodeEqualsWholeEncode) {
   const uint64_t n = 10007;
   const std::vector<float> x = gaussian(n, 53);
   for (const char* spec : {"terngrad:scale=group", "terngrad:scale=group,group=7,packing=2bit",
-                           "terngrad:scale=group,group=3,rounding=deterministic", "terngrad:scale=group,group=2000,clip=1"}) {
+                           "terngrad:scale=group,group=3,rounding=deterministic", "terngrad:scale=group,group=2000,clip=1",
+                           "terngrad:scale=group,group=96"}) {
     auto c = make(spec);
     const Encoded whole = encode(*c, f32(n), x.data(), 0, n);
     const std::vector<float> y = decode(*c, f32(n), whole, 0, n);
@@ -279,7 +281,8 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
     for (const char* spec :
          {"terngrad", "terngrad:packing=2bit,rounding=deterministic", "terngrad:scale=group,group=300",
           "terngrad:scale=group,group=7,clip=1,packing=2bit", "terngrad:clip=0",
-          "terngrad:scale=group,group=256,rounding=deterministic", "terngrad:scale=group,group=33"}) {
+          "terngrad:scale=group,group=256,rounding=deterministic", "terngrad:scale=group,group=33",
+          "terngrad:scale=group", "terngrad:scale=group,group=64,clip=0", "terngrad:scale=group,group=512"}) {
       Encoded e[2];
       std::vector<float> y[2];
       for (int avx2 = 0; avx2 < 2; ++avx2) {
@@ -293,6 +296,68 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
       EXPECT_EQ(e[0].scales, e[1].scales) << spec << " data " << d;
       EXPECT_EQ(y[0], y[1]) << spec << " data " << d;
     }
+  }
+}
+
+// Why threads may take super-blocks: a PairwiseSum over the totals of super-blocks of 2^p blocks (the
+// last partial) is the same tree, bit for bit, as one over all the blocks. Sums of values spread
+// over 60 binary orders of magnitude make a different order visible, as super-blocks of 3 show.
+TEST(TernGrad, PairwiseSumOfSuperBlocksIsTheSameTree) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-30, 30);
+  bool three_differs = false;
+  for (int m = 1; m <= 80; ++m) {
+    std::vector<double> blocks(m);
+    for (double& b : blocks) b = std::ldexp(unit(rng), exponent(rng));
+    detail::PairwiseSum all;
+    for (double b : blocks) all.add(b);
+    for (int super : {1, 2, 4, 8, 16, 3}) {
+      detail::PairwiseSum outer;
+      for (int a = 0; a < m; a += super) {
+        detail::PairwiseSum inner;
+        for (int b = a; b < std::min(m, a + super); ++b) inner.add(blocks[b]);
+        outer.add(inner.total());
+      }
+      if (super == 3) {
+        three_differs |= outer.total() != all.total();
+      } else {
+        EXPECT_EQ(outer.total(), all.total()) << m << " blocks, super-blocks of " << super;
+      }
+    }
+  }
+  EXPECT_TRUE(three_differs);
+}
+
+// A tensor scale's codec splits the tensor over its threads, the moments in super-blocks of 2^18
+// elements: the bytes are those of one thread, and the scale is that of one TernGradMoments fed the
+// whole tensor (one pairwise tree over all its blocks). K comes from a later element (x[0] is NaN), and
+// a later super-block holds non-finite values.
+TEST(TernGrad, TensorScaleThreadsKeepTheBytes) {
+  const uint64_t n = 5 * (uint64_t{1} << 18) + 1234;  // 6 super-blocks, the last partial
+  std::vector<float> x = gaussian(n, 91);
+  x[0] = std::numeric_limits<float>::quiet_NaN();
+  x[700000] = std::numeric_limits<float>::infinity();
+  x[n - 1] = 40.0f;
+  for (const char* spec : {"terngrad", "terngrad:packing=2bit,rounding=deterministic", "terngrad:clip=0.5"}) {
+    std::vector<Encoded> e;
+    std::vector<std::vector<float>> y;
+    for (unsigned threads : {1u, 2u, 3u}) {
+      auto c = make(spec);
+      c->set_threads(threads);
+      e.push_back(encode(*c, f32(n), x.data(), 0, n));
+      y.push_back(decode(*c, f32(n), e.back(), 0, n));
+    }
+    for (std::size_t k = 1; k < e.size(); ++k) {
+      EXPECT_EQ(e[k].trits, e[0].trits) << spec << " threads " << k + 1;
+      EXPECT_EQ(e[k].scales, e[0].scales) << spec << " threads " << k + 1;
+      EXPECT_EQ(y[k], y[0]) << spec << " threads " << k + 1;
+    }
+    detail::TernGradMoments m;
+    detail::terngrad_add_moments(x.data(), n, m);
+    const double clip = std::string(spec) == "terngrad:clip=0.5" ? 0.5 : 2.5;
+    EXPECT_EQ(scale_of(e[0]), m.scale(clip)) << spec;
+    EXPECT_LT(scale_of(e[0]), 40.0f) << spec;  // clipped: the outlier does not set the scale
   }
 }
 

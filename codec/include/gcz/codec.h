@@ -70,6 +70,11 @@ class Codec {
   void set_context(const CodecContext& context) { context_ = context; }
   const CodecContext& context() const { return context_; }
 
+  // Threads a whole-tensor codec (chunk_unit() == 0) may use inside one encode() or decode(); the bytes
+  // do not depend on it. Chunked codecs ignore it: their callers split a tensor over threads instead.
+  void set_threads(unsigned threads) { threads_ = threads > 1 ? threads : 1; }
+  unsigned threads() const { return threads_; }
+
   // Whether stream `stream` always has exactly stream_size() bytes. A stream whose size depends on
   // the data (Top-K's indices) returns false, and stream_size() is then an upper bound; only
   // whole-tensor codecs (chunk_unit() == 0) may have such streams.
@@ -114,6 +119,7 @@ class Codec {
 
  protected:
   CodecContext context_;
+  unsigned threads_ = 1;
 };
 
 // Names of the codecs this build knows (for --help and error messages).

@@ -1,7 +1,8 @@
 // TernGrad on the CPU: parameters, stream sizes and the chunk loop. With a tensor scale the codec takes
-// the whole tensor (chunk_unit 0) and makes two passes in spans of ~8K elements: the moments (max|x|,
-// sigma), then the trits. With a group scale a span holds whole groups: each group's moments (in
-// cache), then the span's 16-bit draws from Philox and the loops of terngrad_span.cpp (trits, packing).
+// the whole tensor (chunk_unit 0) and makes two passes in spans of ~8K elements, each split over the
+// codec's threads: the moments (max|x|, sigma), then the trits. With a group scale a span holds whole
+// groups: their scales (in cache), then the span's 16-bit draws from Philox and the loops of
+// terngrad_span.cpp (trits, packing).
 #include "codecs/terngrad.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "gcz/convert.h"
 #include "gcz/detail/philox.h"
 #include "gcz/detail/terngrad_math.h"
+#include "parallel.h"
 
 namespace gcz {
 namespace detail {
@@ -23,6 +25,8 @@ namespace {
 constexpr char kName[] = "terngrad";
 constexpr uint64_t kSpanTarget = 8200;     // a multiple of 40 = lcm(5, 4, 8)
 constexpr uint64_t kMomentSpan = 8192;     // a multiple of kSumBlock
+constexpr uint64_t kSuperBlock = kSumBlock << 10;  // a power of two of blocks, a multiple of kMomentSpan
+constexpr uint64_t kMinPart = uint64_t{1} << 18;    // elements per thread at least (thread start-up)
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
@@ -75,28 +79,77 @@ Result<uint64_t> TernGradCodec::stream_size(const TensorInfo&, std::size_t strea
   return internal_error("codec 'terngrad' has two streams");
 }
 
-const float* TernGradCodec::span_values(const TensorInfo& t, const void* src, uint64_t a, uint64_t len) {
+const float* TernGradCodec::span_values(const TensorInfo& t, const void* src, uint64_t a, uint64_t len,
+                                        std::vector<float>& buf) {
   const auto* in = static_cast<const std::byte*>(src) + a * dtype_size(t.dtype);
   if (t.dtype == DType::kFloat32) return reinterpret_cast<const float*>(in);
-  convert_elements(t.dtype, in, DType::kFloat32, x_.data(), len);
-  return x_.data();
+  buf.resize(std::max<std::size_t>(buf.size(), len));
+  convert_elements(t.dtype, in, DType::kFloat32, buf.data(), len);
+  return buf.data();
 }
 
-float TernGradCodec::tensor_scale(const TensorInfo& t, const void* src, uint64_t count) {
-  TernGradMoments m;
-  for (uint64_t a = 0; a < count; a += kMomentSpan) {
+unsigned TernGradCodec::parts(uint64_t count) const {
+  return unit_ == 0 ? parts_for(threads_, count, kMinPart) : 1u;
+}
+
+// The blocks of the summation order are summed in super-blocks of kSuperBlock elements, each with its
+// own TernGradMoments (all starting from the tensor's K), and the super-blocks' totals are combined
+// pairwise again. With a power of two of blocks per super-block this is the tree of one PairwiseSum
+// over all the blocks: the largest power of two below any block count above a super-block is a
+// whole number of super-blocks, so every split of the tree falls between super-blocks. Threads then
+// take super-blocks without changing a bit.
+float TernGradCodec::tensor_scale(const TensorInfo& t, const void* src, uint64_t count, unsigned parts) {
+  TernGradMoments total;
+  for (uint64_t a = 0; a < count && !total.has_shift; a += kMomentSpan) {
     const uint64_t len = std::min(kMomentSpan, count - a);
-    terngrad_add_moments(span_values(t, src, a, len), len, m);
+    terngrad_find_shift(span_values(t, src, a, len, scratch_[0].x), len, total);
   }
-  return terngrad::scale_from_stats(m.max_abs(), o_.clip > 0.0 ? m.sigma() : 0.0, o_.clip);
+  struct Sums {
+    double s1, s2;
+    uint64_t finite;
+    int32_t max_bits;
+  };
+  const uint64_t supers = ceil_div(count, kSuperBlock);
+  std::vector<Sums> sums(supers);
+  run_parts(std::min<uint64_t>(parts, supers), supers, 1, [&](unsigned k, uint64_t begin, uint64_t end) {
+    for (uint64_t b = begin; b < end; ++b) {
+      TernGradMoments m;
+      m.shift = total.shift;
+      m.has_shift = total.has_shift;
+      for (uint64_t a = b * kSuperBlock; a < std::min(count, (b + 1) * kSuperBlock); a += kMomentSpan) {
+        const uint64_t len = std::min(kMomentSpan, count - a);
+        terngrad_add_moments(span_values(t, src, a, len, scratch_[k].x), len, m);
+      }
+      sums[b] = {m.s1.total(), m.s2.total(), m.finite, m.max_bits};
+    }
+  });
+  for (const Sums& b : sums) {
+    total.s1.add(b.s1);
+    total.s2.add(b.s2);
+    total.finite += b.finite;
+    total.max_bits = std::max(total.max_bits, b.max_bits);
+  }
+  return total.scale(o_.clip);
 }
 
-void TernGradCodec::group_scales(const float* x, uint64_t len, std::byte* out) {
-  for (uint64_t g = 0, b = 0; b < len; ++g, b += o_.group) {
-    TernGradMoments m;
-    terngrad_add_moments(x + b, std::min(o_.group, len - b), m);
-    s_[g] = terngrad::scale_from_stats(m.max_abs(), o_.clip > 0.0 ? m.sigma() : 0.0, o_.clip);
-    std::memcpy(out + 4 * g, &s_[g], 4);
+void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t first, uint64_t a, uint64_t b,
+                                 float tensor_s, std::byte* trits, std::byte* scales, Scratch& w) {
+  const uint64_t most = std::min(span_, b - a);
+  w.u.resize(most);  // also when unused: the trit loops read it
+  w.trits.resize(most + 5);
+  w.s.resize(std::max<uint64_t>(1, ceil_div(most, piece_)));
+  if (!o_.group_scale) w.s[0] = tensor_s;
+  const uint64_t per_byte = o_.base3 ? 5 : 4;
+  for (; a < b; a += span_) {
+    const uint64_t len = std::min(span_, b - a);
+    const float* x = span_values(t, src, a, len, w.x);
+    if (o_.group_scale) {
+      terngrad_group_scales(x, len, o_.group, o_.clip, w.s.data());
+      std::memcpy(scales + a / o_.group * 4, w.s.data(), ceil_div(len, o_.group) * 4);
+    }
+    if (o_.stochastic) fill_draws16(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, w.u.data(), x);
+    terngrad_encode_span({x, w.u.data(), len, piece_, w.s.data(), o_.stochastic, o_.base3, w.trits.data(),
+                          reinterpret_cast<uint8_t*>(trits + a / per_byte)});
   }
 }
 
@@ -111,24 +164,43 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
   const std::size_t trit_old = out[0].size(), scale_old = out[1].size();
   out[0].resize(trit_old + trit_bytes);
   out[1].resize(scale_old + scale_bytes);
-  // Scratch for the largest span of this chunk (a big group on a small tensor needs little).
-  const uint64_t most = std::min(span_, count);
-  x_.resize(t.dtype == DType::kFloat32 ? 0 : std::max(most, std::min(kMomentSpan, count)));
-  u_.resize(most);  // also when unused: the trit loops read it
-  trits_.resize(most + 5);
-  s_.resize(std::max<uint64_t>(1, ceil_div(most, piece_)));
+  const unsigned n = parts(count);
+  scratch_.resize(std::max<std::size_t>(scratch_.size(), n));
+  float tensor_s = 0.0f;
   if (!o_.group_scale && count > 0) {
-    s_[0] = tensor_scale(t, src, count);
-    std::memcpy(out[1].data() + scale_old, &s_[0], 4);
+    tensor_s = tensor_scale(t, src, count, n);
+    std::memcpy(out[1].data() + scale_old, &tensor_s, 4);
   }
+  run_parts(n, count, span_, [&](unsigned k, uint64_t a, uint64_t b) {
+    encode_spans(t, src, first, a, b, tensor_s, out[0].data() + trit_old, out[1].data() + scale_old, scratch_[k]);
+  });
+  return Status::ok();
+}
+
+Status TernGradCodec::decode_spans(const TensorInfo& t, const std::vector<ByteSpan>& in, uint64_t a, uint64_t b,
+                                   void* dst, Scratch& w) {
+  const uint64_t most = std::min(span_, b - a);
+  w.y.resize(t.dtype == DType::kFloat32 ? 0 : most);
+  w.trits.resize(most + 5);
+  w.s.resize(std::max<uint64_t>(1, ceil_div(most, piece_)));
+  const std::size_t esize = dtype_size(t.dtype);
   const uint64_t per_byte = o_.base3 ? 5 : 4;
-  for (uint64_t a = 0; a < count; a += span_) {
-    const uint64_t len = std::min(span_, count - a);
-    const float* x = span_values(t, src, a, len);
-    if (o_.group_scale) group_scales(x, len, out[1].data() + scale_old + a / o_.group * 4);
-    if (o_.stochastic) fill_draws16(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, u_.data(), x);
-    terngrad_encode_span({x, u_.data(), len, piece_, s_.data(), o_.stochastic, o_.base3, trits_.data(),
-                          reinterpret_cast<uint8_t*>(out[0].data() + trit_old + a / per_byte)});
+  for (; a < b; a += span_) {
+    const uint64_t len = std::min(span_, b - a);
+    const uint64_t groups = ceil_div(len, piece_);
+    for (uint64_t g = 0; g < groups; ++g) {
+      std::memcpy(&w.s[g], in[1].data() + (o_.group_scale ? (a / o_.group + g) * 4 : 0), 4);
+      if (!(w.s[g] >= 0.0f && w.s[g] <= 3.40282346638528859812e+38f)) {
+        return format_error("codec 'terngrad': tensor '" + t.name + "': a scale is negative or not finite");
+      }
+    }
+    auto* out = static_cast<std::byte*>(dst) + a * esize;
+    float* y = t.dtype == DType::kFloat32 ? reinterpret_cast<float*>(out) : w.y.data();
+    if (!terngrad_decode_span({reinterpret_cast<const uint8_t*>(in[0].data()) + a / per_byte, len, piece_,
+                               w.s.data(), o_.base3, w.trits.data(), y})) {
+      return format_error("codec 'terngrad': tensor '" + t.name + "': invalid trit byte or nonzero padding");
+    }
+    if (t.dtype != DType::kFloat32) convert_elements(DType::kFloat32, y, t.dtype, out, len);
   }
   return Status::ok();
 }
@@ -143,29 +215,13 @@ Status TernGradCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& i
   if (unit_ == 0 ? first != 0 : first % unit_ != 0) {
     return internal_error("codec 'terngrad': chunk does not start at a chunk unit");
   }
-  const uint64_t most = std::min(span_, count);
-  y_.resize(t.dtype == DType::kFloat32 ? 0 : most);
-  trits_.resize(most + 5);
-  s_.resize(ceil_div(most, piece_));
-  const std::size_t esize = dtype_size(t.dtype);
-  const uint64_t per_byte = o_.base3 ? 5 : 4;
-  for (uint64_t a = 0; a < count; a += span_) {
-    const uint64_t len = std::min(span_, count - a);
-    const uint64_t groups = ceil_div(len, piece_);
-    for (uint64_t g = 0; g < groups; ++g) {
-      std::memcpy(&s_[g], in[1].data() + (o_.group_scale ? (a / o_.group + g) * 4 : 0), 4);
-      if (!(s_[g] >= 0.0f && s_[g] <= 3.40282346638528859812e+38f)) {
-        return format_error("codec 'terngrad': tensor '" + t.name + "': a scale is negative or not finite");
-      }
-    }
-    auto* out = static_cast<std::byte*>(dst) + a * esize;
-    float* y = t.dtype == DType::kFloat32 ? reinterpret_cast<float*>(out) : y_.data();
-    if (!terngrad_decode_span({reinterpret_cast<const uint8_t*>(in[0].data()) + a / per_byte, len, piece_, s_.data(),
-                               o_.base3, trits_.data(), y})) {
-      return format_error("codec 'terngrad': tensor '" + t.name + "': invalid trit byte or nonzero padding");
-    }
-    if (t.dtype != DType::kFloat32) convert_elements(DType::kFloat32, y, t.dtype, out, len);
-  }
+  const unsigned n = parts(count);
+  scratch_.resize(std::max<std::size_t>(scratch_.size(), n));
+  std::vector<Status> status(n);
+  run_parts(n, count, span_, [&](unsigned k, uint64_t a, uint64_t b) {
+    status[k] = decode_spans(t, in, a, b, dst, scratch_[k]);
+  });
+  for (const Status& s : status) GCZ_RETURN_IF_ERROR(s);
   return Status::ok();
 }
 

@@ -46,20 +46,31 @@ class TernGradCodec : public Codec {
                 void* dst) override;
 
  private:
-  // The span [a, a + len) of the input as float32 (converted into x_ unless already float32).
-  const float* span_values(const TensorInfo& t, const void* src, uint64_t a, uint64_t len);
-  // s of the whole tensor: one pass over it for the moments.
-  float tensor_scale(const TensorInfo& t, const void* src, uint64_t count);
-  // The scales of the groups in span [a, a + len) to s_ and to `out`.
-  void group_scales(const float* x, uint64_t len, std::byte* out);
+  // One thread's buffers: a span as float32 (other dtypes), its draws, trits and scales, decoded values.
+  struct Scratch {
+    std::vector<float> x, y, s;
+    std::vector<uint16_t> u;
+    std::vector<uint8_t> trits;
+  };
+  // The span [a, a + len) of the input as float32 (converted into buf unless already float32).
+  static const float* span_values(const TensorInfo& t, const void* src, uint64_t a, uint64_t len,
+                                  std::vector<float>& buf);
+  // s of the whole tensor from its moments, computed in `parts` parts.
+  float tensor_scale(const TensorInfo& t, const void* src, uint64_t count, unsigned parts);
+  // Encodes elements [a, b) of the chunk at src (a a multiple of span_) into the chunk's streams.
+  void encode_spans(const TensorInfo& t, const void* src, uint64_t first, uint64_t a, uint64_t b, float tensor_s,
+                    std::byte* trits, std::byte* scales, Scratch& w);
+  // Decodes elements [a, b) of the chunk; false on an invalid trit byte or padding.
+  Status decode_spans(const TensorInfo& t, const std::vector<ByteSpan>& in, uint64_t a, uint64_t b, void* dst,
+                      Scratch& w);
+  // Parts for one call: a tensor scale's codec splits the tensor over its threads.
+  unsigned parts(uint64_t count) const;
 
   TernGradOptions o_;
   uint64_t unit_;  // 0 (tensor scale) or lcm(group, trits per byte)
   uint64_t span_;  // elements per span: a multiple of the unit, or of 40 = lcm(5, 4, 8) for a tensor scale
   uint64_t piece_; // elements per scale within a span: group, or span_ for a tensor scale
-  std::vector<float> x_, y_, s_;
-  std::vector<uint16_t> u_;
-  std::vector<uint8_t> trits_;
+  std::vector<Scratch> scratch_;  // one per part
 };
 
 }  // namespace detail

@@ -25,6 +25,14 @@ using namespace terngrad;
 
 GCZ_CPU_INLINE uint32_t abs_bits(float x) { return bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
 
+// sigma from a range's sums S1, S2 over its n_f finite elements (TernGradMoments::sigma).
+GCZ_CPU_INLINE double sigma_of(double s1, double s2, uint64_t finite) {
+  if (finite == 0) return 0.0;
+  const double n = static_cast<double>(finite);
+  const double var = (s2 - (s1 * s1) / n) / n;
+  return var > 0.0 ? std::sqrt(var) : 0.0;
+}
+
 // pack_base3 of t[0..5) with one multiply: the eight bytes at t (little-endian; the last three are
 // ignored) times 81 + 27 * 2^8 + 9 * 2^16 + 3 * 2^24 + 2^32 hold t0 + 3 t1 + 9 t2 + 27 t3 + 81 t4 in
 // byte 4. No byte of the product below it exceeds 2 * (81 + 27 + 9 + 3) = 240, so no carry reaches it.
@@ -109,6 +117,14 @@ GCZ_CPU_INLINE void add_moments(const float* x, uint64_t n, TernGradMoments& m) 
   for (uint64_t b = 0; b < n; b += kSumBlock) add_block_checked(x + b, std::min(kSumBlock, n - b), m);
 }
 
+GCZ_CPU_INLINE void group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
+  for (uint64_t g = 0, b = 0; b < n; ++g, b += group) {
+    TernGradMoments m;
+    add_moments(x + b, std::min(group, n - b), m);
+    scales[g] = m.scale(clip);
+  }
+}
+
 // Packs n trits; a partial last byte holds zero trits in its unused places. base3 reads t up to 3
 // bytes past the last whole group of five (the scratch has room).
 GCZ_CPU_INLINE void pack(bool base3, const uint8_t* t, uint64_t n, uint8_t* out) {
@@ -188,6 +204,9 @@ GCZ_CPU_INLINE bool decode_span(const TernGradDecodeSpan& j) {
 }
 
 void moments_sse2(const float* x, uint64_t n, TernGradMoments& m) { add_moments(x, n, m); }
+void group_scales_sse2(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
+  group_scales(x, n, group, clip, scales);
+}
 void encode_sse2(const TernGradEncodeSpan& j) { encode_span(j); }
 bool decode_sse2(const TernGradDecodeSpan& j) { return decode_span(j); }
 #if defined(__x86_64__)
@@ -263,6 +282,28 @@ __attribute__((target("avx2"))) void moments_avx2(const float* x, uint64_t n, Te
   }
 }
 
+// Groups of one block (G <= kSumBlock) whose first element is finite (so K = x[0]) and, as the fast
+// sums then show, all the others too: their moments come straight from one_block_avx2's lanes, with
+// no TernGradMoments. A group that is not so takes the general path.
+__attribute__((target("avx2"))) void group_scales_avx2(const float* x, uint64_t n, uint64_t group, double clip,
+                                                       float* scales) {
+  BlockSums sums;
+  for (uint64_t g = 0, b = 0; b < n; ++g, b += group) {
+    const uint64_t len = std::min(group, n - b);
+    if (len <= kSumBlock && abs_bits(x[b]) < 0x7F800000u) {
+      one_block_avx2(x + b, len, x[b], sums);
+      if (sums.max_bits < 0x7F800000) {
+        const double sigma = clip > 0.0 ? sigma_of(combine_lanes(sums.s1), combine_lanes(sums.s2), len) : 0.0;
+        scales[g] = scale_from_stats(bit_cast<float>(sums.max_bits), sigma, clip);
+        continue;
+      }
+    }
+    TernGradMoments m;
+    moments_avx2(x + b, len, m);
+    scales[g] = m.scale(clip);
+  }
+}
+
 // One scale's constants for the trit loops, broadcast. one_at_s is p for an element at the clip (1,
 // or 0 when s = 0).
 struct TritScale {
@@ -311,25 +352,33 @@ GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint16_t* u, uint8_t* t
   trit_run<kStochastic>(x + i, u + i, t + i, n - i, s);  // the last (n mod 32)
 }
 
-// With one scale for the span (a tensor scale, or a group that holds the span), base3 packing runs
-// inside the trit loop, two steps behind it: its scalar multiplies then overlap the vector work.
+// When every scale's piece holds whole steps of 32 (a tensor scale, a group that holds the span, or
+// a group size that is a multiple of 32), base3 packing runs inside the trit loop, two steps behind
+// it: its scalar multiplies then overlap the vector work.
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trit_pack_run_avx2(const TernGradEncodeSpan& j) {
-  const TritScale c = trit_scale(j.scales[0]);
+  uint64_t g = 0, left = j.piece;  // the step's scale, and the elements left in its piece
+  TritScale c = trit_scale(j.scales[0]);
   uint8_t* t = j.scratch;
   uint64_t i = 0, packed = 0;  // bytes written to j.out
   for (; i + 32 <= j.len; i += 32) {
+    if (left == 0) {
+      c = trit_scale(j.scales[++g]);
+      left = j.piece;
+    }
+    left -= 32;
     // The whole groups of five stored two steps ago or earlier (a read reaches 8 bytes): reading
     // bytes still in flight from the last vector stores would stall on store forwarding.
     for (; 5 * packed + 8 + 64 <= i; ++packed) j.out[packed] = pack_base3_word(t + 5 * packed);
     trits32_avx2<kStochastic>(j.x + i, j.u + i, c, t + i);
   }
-  trit_run<kStochastic>(j.x + i, j.u + i, t + i, j.len - i, j.scales[0]);  // the last (len mod 32)
+  if (left == 0 && i < j.len) ++g;
+  trit_run<kStochastic>(j.x + i, j.u + i, t + i, j.len - i, j.scales[g]);  // the last (len mod 32)
   pack(true, t + 5 * packed, j.len - 5 * packed, j.out + packed);
 }
 
 __attribute__((target("avx2"))) void encode_avx2(const TernGradEncodeSpan& j) {
-  if (j.base3 && j.piece >= j.len) {
+  if (j.base3 && (j.piece >= j.len || j.piece % 32 == 0)) {
     if (j.stochastic) {
       trit_pack_run_avx2<true>(j);
     } else {
@@ -354,11 +403,10 @@ __attribute__((target("avx2"))) bool decode_avx2(const TernGradDecodeSpan& j) { 
 
 float TernGradMoments::max_abs() const { return bit_cast<float>(max_bits); }
 
-double TernGradMoments::sigma() const {
-  if (finite == 0) return 0.0;
-  const double n = static_cast<double>(finite), a = s1.total();
-  const double var = (s2.total() - (a * a) / n) / n;
-  return var > 0.0 ? std::sqrt(var) : 0.0;
+double TernGradMoments::sigma() const { return sigma_of(s1.total(), s2.total(), finite); }
+
+float TernGradMoments::scale(double clip) const {
+  return scale_from_stats(max_abs(), clip > 0.0 ? sigma() : 0.0, clip);
 }
 
 void terngrad_add_moments(const float* x, uint64_t n, TernGradMoments& m) {
@@ -373,6 +421,15 @@ void terngrad_encode_span(const TernGradEncodeSpan& job) {
   if (cpu_has_avx2()) return encode_avx2(job);
 #endif
   encode_sse2(job);
+}
+
+void terngrad_find_shift(const float* x, uint64_t n, TernGradMoments& m) { find_shift(x, n, m); }
+
+void terngrad_group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
+#if defined(__x86_64__)
+  if (cpu_has_avx2()) return group_scales_avx2(x, n, group, clip, scales);
+#endif
+  group_scales_sse2(x, n, group, clip, scales);
 }
 
 bool terngrad_decode_span(const TernGradDecodeSpan& job) {

@@ -4,7 +4,8 @@
 //
 //   TernGradMoments m;
 //   terngrad_add_moments(x, n, m);                  // any number of times, whole 256-blocks but the last
-//   float s = scale_from_stats(m.max_abs(), m.sigma(), clip);
+//   float s = m.scale(clip);                        // scale_from_stats(max|x|, sigma, clip)
+//   terngrad_group_scales(x, n, group, clip, s);   // or: the scale of every group of x[0, n)
 #pragma once
 
 #include <cstdint>
@@ -26,10 +27,19 @@ struct TernGradMoments {
   float max_abs() const;
   // Population sd: var = (S2 - (S1 * S1) / n_f) / n_f in float64, sigma = sqrt(var), 0 when var <= 0.
   double sigma() const;
+  // The range's scale with clip factor `clip` (terngrad::scale_from_stats; sigma only when clip > 0).
+  float scale(double clip) const;
 };
 
 // Adds x[0, n) to the range's moments; every call but the range's last adds a multiple of kSumBlock.
 void terngrad_add_moments(const float* x, uint64_t n, TernGradMoments& m);
+// Sets K from x[0, n) if it is not yet set and x holds a finite element (what terngrad_add_moments
+// does first): to give K to moments computed in parts, which then start with it set.
+void terngrad_find_shift(const float* x, uint64_t n, TernGradMoments& m);
+
+// The scale of each group of `group` elements of x[0, n) (the last may be partial) into scales[0, ceil(n / group)):
+// the same values as a TernGradMoments per group, computed without its per-range overhead.
+void terngrad_group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales);
 
 struct TernGradEncodeSpan {
   const float* x;       // len float32 values

@@ -8,6 +8,10 @@
 // P(s_0) = s_0; P(s_0 .. s_{m-1}) = P(s_0 .. s_{h-1}) + P(s_h .. s_{m-1}) with h the largest power of
 // two below m.
 //
+// Super-blocks of 2^p blocks (the last may be partial) summed each with its own PairwiseSum, their
+// totals then combined by another, give the same tree bit for bit: every split of the tree above a
+// super-block falls between super-blocks. Threads take super-blocks that way.
+//
 //   gcz::detail::PairwiseSum sum;
 //   for (each block) sum.add(combine_lanes(lanes));
 //   double total = sum.total();
@@ -42,7 +46,7 @@ class PairwiseSum {
   }
 
  private:
-  double stack_[64] = {};
+  double stack_[64];  // [0, top_) set; left uninitialized, as a range's moments are made per group
   int top_ = 0;
   uint64_t count_ = 0;
 };

@@ -1,0 +1,34 @@
+// Internal: running the parts of one codec call on threads of their own.
+//
+//   detail::run_parts(parts, n, 40, [&](unsigned k, uint64_t begin, uint64_t end) { ... });
+#pragma once
+
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace gcz::detail {
+
+// How many parts to split n elements into for `threads` threads: at most one per `min_part` elements.
+inline unsigned parts_for(unsigned threads, uint64_t n, uint64_t min_part) {
+  const uint64_t most = n / min_part;
+  return most < 1 ? 1u : most < threads ? static_cast<unsigned>(most) : threads;
+}
+
+// Where part k of [0, n) split into `parts` begins (n for k == parts): a multiple of `align`.
+inline uint64_t part_begin(unsigned parts, uint64_t n, uint64_t align, unsigned k) {
+  return k == parts ? n : n / parts * k / align * align;
+}
+
+// Splits [0, n) into `parts` ranges at part_begin and runs f(k, begin, end) for each: part 0 on the
+// calling thread, the others on threads of their own; returns when all are done.
+template <class F>
+void run_parts(unsigned parts, uint64_t n, uint64_t align, const F& f) {
+  auto bound = [&](unsigned k) { return part_begin(parts, n, align, k); };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < parts; ++k) pool.emplace_back([&f, &bound, k] { f(k, bound(k), bound(k + 1)); });
+  f(0u, bound(0), bound(1));
+  for (std::thread& th : pool) th.join();
+}
+
+}  // namespace gcz::detail
