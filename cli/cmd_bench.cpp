@@ -24,7 +24,8 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("-c,--codec", a->specs, "Codec specs to measure; repeatable")->capture_default_str();
   cmd->add_option("--size-mib", a->size_mib, "Size of the synthetic data in MiB")->capture_default_str();
   cmd->add_option("--repeat", a->repeats, "Timed runs per measurement; the best is reported")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "Thread counts to measure (element-wise codecs split each tensor; whole-tensor codecs take one each)")
+  cmd->add_option("--threads", a->threads,
+                  "Thread counts to measure (element-wise codecs split each tensor; whole-tensor codecs take one each)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, cuda or auto")->capture_default_str();

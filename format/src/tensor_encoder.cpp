@@ -121,7 +121,9 @@ Status TensorEncoder::encode_piece(Codec& codec, const TensorInfo& t, uint64_t c
   const std::byte* ref = reference ? reference + first * esize : x;
   const unsigned parts = codec.chunk_unit() == 0 ? parts_for(threads_, count, MetricsAccumulator::kBlock) : 1u;
   std::vector<MetricsAccumulator> accs;
-  for (unsigned k = 1; k < parts; ++k) accs.emplace_back(first + part_begin(parts, count, MetricsAccumulator::kBlock, k));
+  for (unsigned k = 1; k < parts; ++k) {
+    accs.emplace_back(first + part_begin(parts, count, MetricsAccumulator::kBlock, k));
+  }
   run_parts(parts, count, MetricsAccumulator::kBlock, [&](unsigned k, uint64_t a, uint64_t b) {
     (k == 0 ? acc : accs[k - 1]).add(t.dtype, ref + a * esize, xhat + a * esize, b - a);
   });

@@ -236,8 +236,8 @@ TEST(TernGrad, ChunkedEncodeEqualsWholeEncode) {
   const uint64_t n = 10007;
   const std::vector<float> x = gaussian(n, 53);
   for (const char* spec : {"terngrad:scale=group", "terngrad:scale=group,group=7,packing=2bit",
-                           "terngrad:scale=group,group=3,rounding=deterministic", "terngrad:scale=group,group=2000,clip=1",
-                           "terngrad:scale=group,group=96"}) {
+                           "terngrad:scale=group,group=3,rounding=deterministic",
+                           "terngrad:scale=group,group=2000,clip=1", "terngrad:scale=group,group=96"}) {
     auto c = make(spec);
     const Encoded whole = encode(*c, f32(n), x.data(), 0, n);
     const std::vector<float> y = decode(*c, f32(n), whole, 0, n);
@@ -265,7 +265,7 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   // Data sets: all finite; non-finite early and late (the moments' checked blocks); a non-finite
   // first element (K is found later); subnormals, huge values, zeros, a constant stretch and -0.
-  std::vector<std::vector<float>> sets(4, gaussian(n, 73));
+  std::vector<std::vector<float>> sets(6, gaussian(n, 73));
   sets[1][10] = inf;
   sets[1][9000] = nan;
   sets[1][n - 3] = -inf;
@@ -276,6 +276,10 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   for (uint64_t i = 2600; i < 3000; ++i) sets[3][i] = -1.25f;
   for (uint64_t i = 3000; i < 3100; ++i) sets[3][i] *= 1e30f;
   sets[3][5000] = -0.0f;
+  // Scales near the top of the range (1 / s is subnormal) and below 2^-110 (the vector loops' scaled
+  // 1 / s would overflow: the scalar loop takes over).
+  for (float& v : sets[4]) v *= 5e37f;
+  for (float& v : sets[5]) v *= 1e-36f;
   for (std::size_t d = 0; d < sets.size(); ++d) {
     const std::vector<float>& x = sets[d];
     for (const char* spec :
@@ -358,6 +362,39 @@ TEST(TernGrad, TensorScaleThreadsKeepTheBytes) {
     const double clip = std::string(spec) == "terngrad:clip=0.5" ? 0.5 : 2.5;
     EXPECT_EQ(scale_of(e[0]), m.scale(clip)) << spec;
     EXPECT_LT(scale_of(e[0]), 40.0f) << spec;  // clipped: the outlier does not set the scale
+  }
+}
+
+// The moments themselves, not only the float32 scales they lead to, are the same bits from the SSE2 and
+// AVX2 loops: whole tensors (non-finite elements, tails of every length) and groups of many sizes.
+TEST(TernGrad, MomentsAreBitExactAcrossInstructionSets) {
+  std::vector<float> finite = gaussian(5000, 17, 3.0f);
+  // Every seventh value near 1000 (K among them): d = x - K has up to 33 significant bits, so d * d
+  // rounds, and a fused multiply-add would give other sums.
+  for (uint64_t i = 0; i < 5000; i += 7) finite[i] += 1000.0f;
+  std::vector<float> nan = finite;
+  nan[4000] = std::numeric_limits<float>::quiet_NaN();
+  for (const auto& [x, n] : std::vector<std::pair<const float*, uint64_t>>{
+           {finite.data(), 1}, {finite.data(), 7}, {finite.data(), 8}, {finite.data(), 255}, {finite.data(), 256},
+           {finite.data(), 3001}, {finite.data(), 5000}, {nan.data(), 5000}}) {
+    detail::TernGradMoments m[2];
+    std::vector<float> scales[2];
+    for (int avx2 = 0; avx2 < 2; ++avx2) {
+      detail::allow_avx2_for_testing(avx2 == 1);
+      detail::terngrad_add_moments(x, n, m[avx2]);
+      for (uint64_t group : {uint64_t{1}, uint64_t{5}, uint64_t{128}, uint64_t{250}, uint64_t{300}}) {
+        std::vector<float> s((n + group - 1) / group);
+        detail::terngrad_group_scales(x, n, group, 2.5, s.data());
+        scales[avx2].insert(scales[avx2].end(), s.begin(), s.end());
+      }
+    }
+    detail::allow_avx2_for_testing(true);
+    EXPECT_EQ(m[0].s1.total(), m[1].s1.total()) << n;
+    EXPECT_EQ(m[0].s2.total(), m[1].s2.total()) << n;
+    EXPECT_EQ(m[0].finite, m[1].finite) << n;
+    EXPECT_EQ(m[0].max_bits, m[1].max_bits) << n;
+    EXPECT_EQ(m[0].sigma(), m[1].sigma()) << n;
+    EXPECT_EQ(scales[0], scales[1]) << n;
   }
 }
 

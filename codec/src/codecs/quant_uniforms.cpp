@@ -152,7 +152,7 @@ std::atomic<bool> g_avx2_allowed{true};
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx2");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has && g_avx2_allowed.load(std::memory_order_relaxed);
 #else
   return false;

@@ -211,6 +211,7 @@ void encode_sse2(const TernGradEncodeSpan& j) { encode_span(j); }
 bool decode_sse2(const TernGradDecodeSpan& j) { return decode_span(j); }
 #if defined(__x86_64__)
 // The AVX2 loops: the same operations as the portable ones, written out with intrinsics.
+#define GCZ_AVX2_FMA_INLINE [[gnu::always_inline, gnu::target("avx2,fma")]] inline
 
 // A block's sums when all its elements are finite (then its count is its length and no element
 // needs zeroing): lanes 0-3 and 4-7 of add_block as two vectors of four doubles per sum, with the max
@@ -220,14 +221,17 @@ struct BlockSums {
   int32_t max_bits;
 };
 
-// The sums of the eight elements at x into (s1a, s1b, s2a, s2b), and their bits' max into mx.
-GCZ_AVX2_INLINE void add8_avx2(const float* x, __m256d k, __m256d& s1a, __m256d& s1b, __m256d& s2a, __m256d& s2b,
-                               __m256i& mx) {
+// The sums of the eight elements at x into (s1a, s1b, s2a, s2b), and their bits' max into mx. d = x - K
+// is computed as fma(x, 1, -K): the same single rounding, on the multiply ports, which leaves the add
+// ports (where the conversions also run) to the sums. Nothing else here may fuse (-ffp-contract=off).
+// The conversions read memory directly, saving the extraction of the high half.
+GCZ_AVX2_FMA_INLINE void add8_avx2(const float* x, __m256d k, __m256d& s1a, __m256d& s1b, __m256d& s2a,
+                                   __m256d& s2b, __m256i& mx) {
   const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   mx = _mm256_max_epi32(mx, _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF)));
-  const __m256 v = _mm256_castsi256_ps(xi);
-  const __m256d da = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), k);
-  const __m256d db = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), k);
+  const __m256d one = _mm256_set1_pd(1.0);
+  const __m256d da = _mm256_fmsub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x)), one, k);
+  const __m256d db = _mm256_fmsub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + 4)), one, k);
   s1a = _mm256_add_pd(s1a, da);
   s1b = _mm256_add_pd(s1b, db);
   s2a = _mm256_add_pd(s2a, _mm256_mul_pd(da, da));
@@ -243,7 +247,7 @@ GCZ_AVX2_INLINE void store_sums(__m256d s1a, __m256d s1b, __m256d s2a, __m256d s
 }
 
 // One block x[0, n), any n <= kSumBlock: whole lanes in vectors, the rest as add_block does.
-GCZ_AVX2_INLINE void one_block_avx2(const float* x, uint64_t n, double shift, BlockSums& a) {
+GCZ_AVX2_FMA_INLINE void one_block_avx2(const float* x, uint64_t n, double shift, BlockSums& a) {
   const __m256d k = _mm256_set1_pd(shift);
   __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
   __m256i mx = _mm256_setzero_si256();
@@ -267,7 +271,7 @@ GCZ_AVX2_INLINE void commit_block(const float* x, uint64_t n, const BlockSums& b
   m.max_bits = std::max(m.max_bits, b.max_bits);
 }
 
-__attribute__((target("avx2"))) void moments_avx2(const float* x, uint64_t n, TernGradMoments& m) {
+__attribute__((target("avx2,fma"))) void moments_avx2(const float* x, uint64_t n, TernGradMoments& m) {
   find_shift(x, n, m);
   uint64_t b = 0;
   if (!m.has_shift) {  // no finite element at all: every block adds zeros
@@ -285,7 +289,7 @@ __attribute__((target("avx2"))) void moments_avx2(const float* x, uint64_t n, Te
 // Groups of one block (G <= kSumBlock) whose first element is finite (so K = x[0]) and, as the fast
 // sums then show, all the others too: their moments come straight from one_block_avx2's lanes, with
 // no TernGradMoments. A group that is not so takes the general path.
-__attribute__((target("avx2"))) void group_scales_avx2(const float* x, uint64_t n, uint64_t group, double clip,
+__attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint64_t n, uint64_t group, double clip,
                                                        float* scales) {
   BlockSums sums;
   for (uint64_t g = 0, b = 0; b < n; ++g, b += group) {
@@ -304,35 +308,45 @@ __attribute__((target("avx2"))) void group_scales_avx2(const float* x, uint64_t 
   }
 }
 
-// One scale's constants for the trit loops, broadcast. one_at_s is p for an element at the clip (1,
-// or 0 when s = 0).
+// One scale's constants for the trit loops, broadcast. The vector loops compute p times `pscale`:
+// inv for deterministic rounding, inv * 2^17 for stochastic, where they test floor(2^17 p) > 2 d. The
+// products are those of terngrad::trit exactly scaled by 2^17 (a power of two commutes with the
+// rounding of a product in the normal range, and a subnormal p gives floor 0 either way), unless
+// inv * 2^17 overflows (s < 2^-110): `vector` is false then and the scalar loop runs.
+//
+// The vector loops also skip trit()'s rule p = 1 for a = s: there p = s * fl(1 / s) >= 1 - 2^-20
+// (1 / s may be subnormal), which is >= 0.5 and passes u <= p for every draw (u <= 1 - 2^-17), so
+// the trit is the same.
 struct TritScale {
-  __m256 s, inv, one_at_s;
+  __m256 s, pscale;
+  bool vector;
 };
+template <bool kStochastic>
 GCZ_AVX2_INLINE TritScale trit_scale(float s) {
   const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-  return {_mm256_set1_ps(s), _mm256_set1_ps(inv), _mm256_set1_ps(s > 0.0f ? 1.0f : 0.0f)};
+  const float pscale = kStochastic ? inv * 131072.0f : inv;
+  return {_mm256_set1_ps(s), _mm256_set1_ps(pscale), pscale <= 3.40282346638528859812e+38f};
 }
 
 // The trits of eight elements as 32-bit lanes: terngrad::trit<kStochastic> lane by lane.
 template <bool kStochastic>
 GCZ_AVX2_INLINE __m256i trits8_avx2(const float* x, const uint16_t* u, const TritScale& c) {
   const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  const __m256i abs = _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF));
-  const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs);
-  const __m256 y_abs = _mm256_castsi256_ps(_mm256_and_si256(abs, finite));
-  const __m256 a = _mm256_min_ps(y_abs, c.s);  // a < s ? a : s
-  const __m256 p = _mm256_blendv_ps(c.one_at_s, _mm256_mul_ps(a, c.inv), _mm256_cmp_ps(a, c.s, _CMP_LT_OQ));
+  const __m256 y = _mm256_castsi256_ps(_mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF)));  // |x|
+  const __m256i finite = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+  // p (times 2^17 when stochastic) with a = min(|x|, s); any value for a non-finite x, masked below.
+  const __m256 p = _mm256_mul_ps(_mm256_min_ps(y, c.s), c.pscale);
   __m256i on;
   if constexpr (kStochastic) {
     // u <= p as 2 d < floor(2^17 p) (Rng::bernoulli).
     const __m256i d = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
-    on = _mm256_cmpgt_epi32(_mm256_cvttps_epi32(_mm256_mul_ps(p, _mm256_set1_ps(131072.0f))), _mm256_add_epi32(d, d));
+    on = _mm256_cmpgt_epi32(_mm256_cvttps_epi32(p), _mm256_add_epi32(d, d));
   } else {
     on = _mm256_castps_si256(_mm256_cmp_ps(p, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
   }
   // A nonzero trit has |x| > 0, so its sign is x's sign bit: 1 + sign is kPlus or kMinus.
-  return _mm256_and_si256(on, _mm256_add_epi32(_mm256_srli_epi32(xi, 31), _mm256_set1_epi32(1)));
+  const __m256i code = _mm256_add_epi32(_mm256_srli_epi32(xi, 31), _mm256_set1_epi32(1));
+  return _mm256_and_si256(_mm256_and_si256(on, finite), code);
 }
 
 // The trits of the 32 elements at x, as bytes at t.
@@ -346,35 +360,55 @@ GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint16_t* u, const TritS
 
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint16_t* u, uint8_t* t, uint64_t n, float s) {
-  const TritScale c = trit_scale(s);
+  const TritScale c = trit_scale<kStochastic>(s);
   uint64_t i = 0;
-  for (; i + 32 <= n; i += 32) trits32_avx2<kStochastic>(x + i, u + i, c, t + i);
-  trit_run<kStochastic>(x + i, u + i, t + i, n - i, s);  // the last (n mod 32)
+  if (c.vector) {
+    for (; i + 32 <= n; i += 32) trits32_avx2<kStochastic>(x + i, u + i, c, t + i);
+  }
+  trit_run<kStochastic>(x + i, u + i, t + i, n - i, s);  // the last (n mod 32), or all
+}
+
+// The 32 base3 bytes of the 160 trits at t, unrolled: four instructions a byte.
+GCZ_CPU_INLINE void pack_base3_160(const uint8_t* t, uint8_t* out) {
+#pragma GCC unroll 32
+  for (int k = 0; k < 32; ++k) out[k] = pack_base3_word(t + 5 * k);
+}
+
+// One step of 32 trits at element i of a span whose pieces hold whole steps: g is the step's scale,
+// `left` the elements left in its piece, c its constants.
+template <bool kStochastic>
+GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t& g, uint64_t& left, TritScale& c) {
+  if (left == 0) {
+    c = trit_scale<kStochastic>(j.scales[++g]);
+    left = j.piece;
+  }
+  left -= 32;
+  if (c.vector) {
+    trits32_avx2<kStochastic>(j.x + i, j.u + i, c, j.scratch + i);
+  } else {
+    trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, 32, j.scales[g]);
+  }
 }
 
 // When every scale's piece holds whole steps of 32 (a tensor scale, a group that holds the span, or
-// a group size that is a multiple of 32), base3 packing runs inside the trit loop, two steps behind
-// it: its scalar multiplies then overlap the vector work.
+// a group size that is a multiple of 32), base3 packing runs inside the trit loop, one round of five
+// steps (160 trits, 32 bytes) behind it: its scalar multiplies then overlap the vector work, and
+// reading bytes not long stored does not stall on store forwarding.
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trit_pack_run_avx2(const TernGradEncodeSpan& j) {
-  uint64_t g = 0, left = j.piece;  // the step's scale, and the elements left in its piece
-  TritScale c = trit_scale(j.scales[0]);
-  uint8_t* t = j.scratch;
-  uint64_t i = 0, packed = 0;  // bytes written to j.out
-  for (; i + 32 <= j.len; i += 32) {
-    if (left == 0) {
-      c = trit_scale(j.scales[++g]);
-      left = j.piece;
-    }
-    left -= 32;
-    // The whole groups of five stored two steps ago or earlier (a read reaches 8 bytes): reading
-    // bytes still in flight from the last vector stores would stall on store forwarding.
-    for (; 5 * packed + 8 + 64 <= i; ++packed) j.out[packed] = pack_base3_word(t + 5 * packed);
-    trits32_avx2<kStochastic>(j.x + i, j.u + i, c, t + i);
+GCZ_AVX2_INLINE void trit_pack_run_avx2(const TernGradEncodeSpan& span) {
+  const TernGradEncodeSpan j = span;  // a copy: the byte stores cannot alias its fields
+  uint64_t g = 0, left = j.piece;
+  TritScale c = trit_scale<kStochastic>(j.scales[0]);
+  uint64_t i = 0;
+  for (; i + 160 <= j.len; i += 160) {
+    for (uint64_t k = 0; k < 160; k += 32) trit_step<kStochastic>(j, i + k, g, left, c);
+    if (i > 0) pack_base3_160(j.scratch + i - 160, j.out + (i - 160) / 5);
   }
+  for (; i + 32 <= j.len; i += 32) trit_step<kStochastic>(j, i, g, left, c);
   if (left == 0 && i < j.len) ++g;
-  trit_run<kStochastic>(j.x + i, j.u + i, t + i, j.len - i, j.scales[g]);  // the last (len mod 32)
-  pack(true, t + 5 * packed, j.len - 5 * packed, j.out + packed);
+  trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, j.len - i, j.scales[g]);  // the last (len mod 32)
+  const uint64_t packed = j.len >= 160 ? (j.len / 160 - 1) * 32 : 0;  // bytes written to out
+  pack(true, j.scratch + 5 * packed, j.len - 5 * packed, j.out + packed);
 }
 
 __attribute__((target("avx2"))) void encode_avx2(const TernGradEncodeSpan& j) {
