@@ -259,7 +259,10 @@ TEST(Qsgd, InstructionSetDoesNotChangeTheBytes) {
   for (uint64_t i = 640; i < 768; ++i) x[i] = i % 2 ? -0.75f : 0.75f;   // constant magnitude
   for (uint64_t i = 768; i < 896; ++i) x[i] *= 1e-41f;                  // subnormals
   for (uint64_t i = 896; i < 1024; ++i) x[i] *= 1e37f;                  // huge
-  x[1100] = -0.0f;
+  for (uint64_t i = 1024; i < 1152; ++i) x[i] *= 5e37f;                 // 1 / scale subnormal (2 bits)
+  for (uint64_t i = 1152; i < 1280; ++i) x[i] *= 1e-32f;                // 2^17 s / scale overflows: scalar
+  for (uint64_t i = 1280; i < 1408; ++i) x[i] *= 1e-30f;                // ... and just does not
+  x[1500] = -0.0f;
   for (const char* spec : {"qsgd", "qsgd:rounding=nearest", "qsgd:bits=4", "qsgd:bits=3,group=100,scale=l2",
                            "qsgd:bits=2,rounding=nearest", "qsgd:bits=7,group=1000,scale_dtype=bf16",
                            "qsgd:bits=5,group=5,scale=l2", "qsgd:bits=6,group=1", "qsgd:group=33,scale_dtype=fp16",

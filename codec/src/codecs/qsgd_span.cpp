@@ -221,36 +221,41 @@ GCZ_AVX2_INLINE int32_t abs_bits_max_avx2(const float* x, uint64_t n) {
 }
 
 // The levels of eight elements as 32-bit lanes (qsgd::quantize<B, kStochastic> without the sign),
-// from their bits xi. kFinite: every element is known to be finite, so none needs zeroing. scale_ge
-// is the stored scale, or +Inf for a zero scale (no element then takes level s).
+// from their bits xi. kFinite: every element is known to be finite, so none needs zeroing. The lanes
+// hold R = floor(2^17 r), computed as min(a * inv17, s17) with inv17 = 2^17 inv and s17 = 2^17 s (s17
+// when a >= scale_ge, the stored scale, or +Inf for a zero scale): a power of two commutes with the
+// rounding of a product in the normal range, and an r below 2^-126 gives level 0 and frac 0 either
+// way. Then l = R >> 17 and floor(2^17 frac) = R mod 2^17, exactly (r < 128, so R < 2^24).
 template <bool kStochastic, bool kFinite>
-GCZ_AVX2_INLINE __m256i levels8_avx2(__m256i xi, const uint16_t* u, __m256 inv, __m256 s, __m256 scale_ge) {
+GCZ_AVX2_INLINE __m256i levels8_avx2(__m256i xi, const uint16_t* u, __m256 inv17, __m256 s17, __m256 scale_ge) {
   __m256i abs_bits = _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF));
   if constexpr (!kFinite) {
     abs_bits = _mm256_and_si256(abs_bits, _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs_bits));
   }
   const __m256 a = _mm256_castsi256_ps(abs_bits);
-  __m256 r = _mm256_min_ps(_mm256_mul_ps(a, inv), s);  // min_ps(r, s) is r < s ? r : s
-  r = _mm256_blendv_ps(r, s, _mm256_cmp_ps(a, scale_ge, _CMP_GE_OQ));
-  const __m256i l = _mm256_cvttps_epi32(r);
-  const __m256 frac = _mm256_sub_ps(r, _mm256_cvtepi32_ps(l));
-  __m256 up;
+  __m256 r17 = _mm256_min_ps(_mm256_mul_ps(a, inv17), s17);  // min_ps(r, s) is r < s ? r : s
+  r17 = _mm256_blendv_ps(r17, s17, _mm256_cmp_ps(a, scale_ge, _CMP_GE_OQ));
+  const __m256i fixed = _mm256_cvttps_epi32(r17);  // R
   if constexpr (kStochastic) {
-    // Rng::to_uniform(d) <= frac as 2 d < floor(2^17 frac) (Rng::bernoulli): 2^17 frac is exact and
-    // below 2^17, and the conversion truncates whatever the rounding mode.
+    // Rng::to_uniform(d) <= frac as 2 d < floor(2^17 frac) (Rng::bernoulli).
     const __m256i d = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
-    const __m256i t = _mm256_cvttps_epi32(_mm256_mul_ps(frac, _mm256_set1_ps(131072.0f)));
-    up = _mm256_castsi256_ps(_mm256_cmpgt_epi32(t, _mm256_add_epi32(d, d)));
+    const __m256i t = _mm256_and_si256(fixed, _mm256_set1_epi32(0x1FFFF));
+    const __m256i up = _mm256_cmpgt_epi32(t, _mm256_add_epi32(d, d));
+    return _mm256_sub_epi32(_mm256_srli_epi32(fixed, 17), up);  // up is all ones: l + 1
   } else {
-    up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    // frac >= 0.5 exactly when R mod 2^17 >= 2^16: l + up = (R + 2^16) >> 17.
+    return _mm256_srli_epi32(_mm256_add_epi32(fixed, _mm256_set1_epi32(0x10000)), 17);
   }
-  return _mm256_sub_epi32(l, _mm256_castps_si256(up));  // up is all ones: l + 1
 }
 
+// The codes of group x[0, n) with stored scale `scale_value`. For a scale so small that 2^17 inv
+// overflows (below about s * 2^-111) the scalar loop does the whole group.
 template <int B, bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint16_t* u, uint8_t* c, uint64_t n, float scale_value) {
-  const __m256 inv = _mm256_set1_ps(inverse_step(scale_value, levels(B)));
-  const __m256 s = _mm256_set1_ps(static_cast<float>(levels(B)));
+  const float inv17_value = inverse_step(scale_value, levels(B)) * 131072.0f;
+  if (!(inv17_value <= kMaxFloat)) return quantize_run<B, kStochastic>(x, u, c, n, scale_value);
+  const __m256 inv17 = _mm256_set1_ps(inv17_value);
+  const __m256 s17 = _mm256_set1_ps(static_cast<float>(levels(B)) * 131072.0f);
   const __m256 scale_ge = _mm256_set1_ps(scale_value > 0.0f ? scale_value : __builtin_inff());
   const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
   uint64_t i = 0;
@@ -258,7 +263,7 @@ GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint16_t* u, uint8_
     __m256i xi[4], lv[4];
     for (int k = 0; k < 4; ++k) {
       xi[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8 * k));
-      lv[k] = levels8_avx2<kStochastic, kFinite>(xi[k], u + i + 8 * k, inv, s, scale_ge);
+      lv[k] = levels8_avx2<kStochastic, kFinite>(xi[k], u + i + 8 * k, inv17, s17, scale_ge);
     }
     // Levels < 128 and the elements' bits packed alike to bytes (the signed saturating packs keep
     // each sign), both in the packs' interleaved order, which one permute of the codes undoes.
