@@ -286,25 +286,64 @@ __attribute__((target("avx2,fma"))) void moments_avx2(const float* x, uint64_t n
   }
 }
 
-// Groups of one block (G <= kSumBlock) whose first element is finite (so K = x[0]) and, as the fast
-// sums then show, all the others too: their moments come straight from one_block_avx2's lanes, with
-// no TernGradMoments. A group that is not so takes the general path.
+// S1 and S2 of a block whose whole lanes are in registers, as (S1, S2): combine_lanes of each, in its
+// order ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), with no trip through memory.
+GCZ_AVX2_INLINE __m128d combine_lanes_avx2(__m256d s1a, __m256d s1b, __m256d s2a, __m256d s2b) {
+  const __m256d t1 = _mm256_hadd_pd(s1a, s1b), t2 = _mm256_hadd_pd(s2a, s2b);  // l0+l1, l4+l5, l2+l3, l6+l7
+  const __m128d u1 = _mm_add_pd(_mm256_castpd256_pd128(t1), _mm256_extractf128_pd(t1, 1));
+  const __m128d u2 = _mm_add_pd(_mm256_castpd256_pd128(t2), _mm256_extractf128_pd(t2, 1));
+  return _mm_hadd_pd(u1, u2);
+}
+
+// A group of one block (G <= kSumBlock) whose first element is finite (so K = x[0]) and, as the fast
+// sums then show, all the others too, has its moments straight from one_block_avx2's lanes, with no
+// TernGradMoments; a group that is not so takes the general path. Groups of whole lanes keep their
+// sums in registers and leave sigma and the scale to a second loop over a batch of groups, whose
+// divisions and square roots then overlap instead of stalling each group.
 __attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint64_t n, uint64_t group, double clip,
                                                        float* scales) {
+  constexpr int kBatch = 32;
+  struct Pending {
+    uint64_t g;
+    double s1, s2;
+    int32_t max_bits;
+  } pending[kBatch];
+  const bool whole_lanes = group <= kSumBlock && group % 8 == 0;
   BlockSums sums;
-  for (uint64_t g = 0, b = 0; b < n; ++g, b += group) {
-    const uint64_t len = std::min(group, n - b);
-    if (len <= kSumBlock && abs_bits(x[b]) < 0x7F800000u) {
-      one_block_avx2(x + b, len, x[b], sums);
-      if (sums.max_bits < 0x7F800000) {
-        const double sigma = clip > 0.0 ? sigma_of(combine_lanes(sums.s1), combine_lanes(sums.s2), len) : 0.0;
-        scales[g] = scale_from_stats(bit_cast<float>(sums.max_bits), sigma, clip);
-        continue;
+  for (uint64_t g = 0, b = 0; b < n;) {
+    int count = 0;
+    for (; count < kBatch && b < n; ++g, b += group) {
+      const uint64_t len = std::min(group, n - b);
+      if (len <= kSumBlock && abs_bits(x[b]) < 0x7F800000u) {
+        if (whole_lanes && len == group) {
+          const __m256d k = _mm256_set1_pd(x[b]);
+          __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
+          __m256i mx = _mm256_setzero_si256();
+          for (uint64_t i = 0; i < len; i += 8) add8_avx2(x + b + i, k, s1a, s1b, s2a, s2b, mx);
+          const int32_t max_bits = avx2::hmax_epi32(mx);
+          if (max_bits < 0x7F800000) {
+            const __m128d both = combine_lanes_avx2(s1a, s1b, s2a, s2b);
+            pending[count++] = {g, _mm_cvtsd_f64(both), _mm_cvtsd_f64(_mm_unpackhi_pd(both, both)), max_bits};
+            continue;
+          }
+        } else {
+          one_block_avx2(x + b, len, x[b], sums);
+          if (sums.max_bits < 0x7F800000) {
+            const double sigma = clip > 0.0 ? sigma_of(combine_lanes(sums.s1), combine_lanes(sums.s2), len) : 0.0;
+            scales[g] = scale_from_stats(bit_cast<float>(sums.max_bits), sigma, clip);
+            continue;
+          }
+        }
       }
+      TernGradMoments m;
+      moments_avx2(x + b, len, m);
+      scales[g] = m.scale(clip);
     }
-    TernGradMoments m;
-    moments_avx2(x + b, len, m);
-    scales[g] = m.scale(clip);
+    for (int q = 0; q < count; ++q) {
+      const Pending& p = pending[q];
+      const double sigma = clip > 0.0 ? sigma_of(p.s1, p.s2, group) : 0.0;
+      scales[p.g] = scale_from_stats(bit_cast<float>(p.max_bits), sigma, clip);
+    }
   }
 }
 
