@@ -46,7 +46,7 @@ class PairwiseSum {
   }
 
  private:
-  double stack_[64];  // [0, top_) set; left uninitialized, as a range's moments are made per group
+  double stack_[64] = {};
   int top_ = 0;
   uint64_t count_ = 0;
 };
