@@ -336,7 +336,7 @@ TEST(TernGrad, PairwiseSumOfSuperBlocksIsTheSameTree) {
 // A tensor scale's codec splits the tensor over its threads, the moments in super-blocks of 2^18
 // elements: the bytes are those of one thread, and the scale is that of one TernGradMoments fed the
 // whole tensor (one pairwise tree over all its blocks). K comes from a later element (x[0] is NaN), and
-// a later super-block holds non-finite values.
+// a later super-block holds non-finite values. bfloat16 input too.
 TEST(TernGrad, TensorScaleThreadsKeepTheBytes) {
   const uint64_t n = 5 * (uint64_t{1} << 18) + 1234;  // 6 super-blocks, the last partial
   std::vector<float> x = gaussian(n, 91);
@@ -363,6 +363,22 @@ TEST(TernGrad, TensorScaleThreadsKeepTheBytes) {
     EXPECT_EQ(scale_of(e[0]), m.scale(clip)) << spec;
     EXPECT_LT(scale_of(e[0]), 40.0f) << spec;  // clipped: the outlier does not set the scale
   }
+  // bfloat16 input: each thread converts its spans into its own buffer.
+  ByteBuffer bf(n * 2);
+  convert_elements(DType::kFloat32, x.data(), DType::kBFloat16, bf.data(), n);
+  const TensorInfo t{"t", DType::kBFloat16, {n}};
+  std::vector<Encoded> e;
+  std::vector<ByteBuffer> y;
+  for (unsigned threads : {1u, 2u}) {
+    auto c = make("terngrad");
+    c->set_threads(threads);
+    e.push_back(encode(*c, t, bf.data(), 0, n));
+    y.emplace_back(n * 2);
+    EXPECT_TRUE(c->decode(t, {ByteSpan(e.back().trits), ByteSpan(e.back().scales)}, 0, n, y.back().data()));
+  }
+  EXPECT_EQ(e[1].trits, e[0].trits);
+  EXPECT_EQ(e[1].scales, e[0].scales);
+  EXPECT_EQ(y[1], y[0]);
 }
 
 // The moments themselves, not only the float32 scales they lead to, are the same bits from the SSE2 and
