@@ -367,10 +367,11 @@ GCZ_AVX2_INLINE TritScale trit_scale(float s) {
   return {_mm256_set1_ps(s), _mm256_set1_ps(pscale), pscale <= 3.40282346638528859812e+38f};
 }
 
-// The trits of eight elements as 32-bit lanes: terngrad::trit<kStochastic> lane by lane.
+// Whether each of eight elements is nonzero (all ones) as 32-bit lanes: terngrad::trit<kStochastic>
+// lane by lane, without the sign; xi gets the elements' bits.
 template <bool kStochastic>
-GCZ_AVX2_INLINE __m256i trits8_avx2(const float* x, const uint16_t* u, const TritScale& c) {
-  const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+GCZ_AVX2_INLINE __m256i nonzero8_avx2(const float* x, const uint16_t* u, const TritScale& c, __m256i& xi) {
+  xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   const __m256 y = _mm256_castsi256_ps(_mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF)));  // |x|
   const __m256i finite = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
   // p (times 2^17 when stochastic) with a = min(|x|, s); any value for a non-finite x, masked below.
@@ -383,18 +384,20 @@ GCZ_AVX2_INLINE __m256i trits8_avx2(const float* x, const uint16_t* u, const Tri
   } else {
     on = _mm256_castps_si256(_mm256_cmp_ps(p, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
   }
-  // A nonzero trit has |x| > 0, so its sign is x's sign bit: 1 + sign is kPlus or kMinus.
-  const __m256i code = _mm256_add_epi32(_mm256_srli_epi32(xi, 31), _mm256_set1_epi32(1));
-  return _mm256_and_si256(_mm256_and_si256(on, finite), code);
+  return _mm256_and_si256(on, finite);
 }
 
-// The trits of the 32 elements at x, as bytes at t.
+// The trits of the 32 elements at x, as bytes at t. The nonzero masks and the elements' bits are
+// packed to bytes alike (the signed saturating packs keep each sign); a nonzero trit has |x| > 0, so
+// its sign is x's sign bit: 1 - (x < 0 ? -1 : 0) is kPlus or kMinus.
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint16_t* u, const TritScale& c, uint8_t* t) {
-  const __m256i bytes =
-      avx2::pack_interleaved(trits8_avx2<kStochastic>(x, u, c), trits8_avx2<kStochastic>(x + 8, u + 8, c),
-                             trits8_avx2<kStochastic>(x + 16, u + 16, c), trits8_avx2<kStochastic>(x + 24, u + 24, c));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), avx2::in_element_order(bytes));
+  __m256i xi[4], on[4];
+  for (int k = 0; k < 4; ++k) on[k] = nonzero8_avx2<kStochastic>(x + 8 * k, u + 8 * k, c, xi[k]);
+  const __m256i nonzero = _mm256_packs_epi16(_mm256_packs_epi32(on[0], on[1]), _mm256_packs_epi32(on[2], on[3]));
+  const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(xi[0], xi[1]), _mm256_packs_epi32(xi[2], xi[3]));
+  const __m256i code = _mm256_sub_epi8(_mm256_set1_epi8(1), _mm256_cmpgt_epi8(_mm256_setzero_si256(), signs));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), avx2::in_element_order(_mm256_and_si256(nonzero, code)));
 }
 
 template <bool kStochastic>
