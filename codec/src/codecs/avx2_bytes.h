@@ -1,5 +1,6 @@
 // AVX2 pieces the quantizers' span loops share (qsgd_span.cpp, terngrad_span.cpp): narrowing 32
-// 32-bit lanes to 32 bytes in element order, and the max of eight int32 lanes. Each function is
+// 32-bit lanes to 32 bytes (values 0..255, or signs and masks) in element order, and the max of eight
+// int32 lanes. Each function is
 // force-inlined into AVX2 code only; include this file from x86-64 translation units.
 //
 //   __m256i bytes = gcz::detail::avx2::pack_interleaved(c0, c1, c2, c3);  // lanes 0..255
@@ -19,6 +20,11 @@ namespace gcz::detail::avx2 {
 // work on bytes can happen in this order; in_element_order then puts element k at byte k.
 GCZ_AVX2_INLINE __m256i pack_interleaved(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+}
+// The same narrowing with signed saturation all the way: each byte keeps its lane's sign (and a lane
+// of all ones stays 0xFF), for sign bits and masks.
+GCZ_AVX2_INLINE __m256i pack_signed_interleaved(__m256i a, __m256i b, __m256i c, __m256i d) {
+  return _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
 }
 GCZ_AVX2_INLINE __m256i in_element_order(__m256i interleaved) {
   return _mm256_permutevar8x32_epi32(interleaved, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));

@@ -268,7 +268,7 @@ GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint16_t* u, uint8_
     // Levels < 128 and the elements' bits packed alike to bytes (the signed saturating packs keep
     // each sign), both in the packs' interleaved order, which one permute of the codes undoes.
     const __m256i levels = avx2::pack_interleaved(lv[0], lv[1], lv[2], lv[3]);
-    const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(xi[0], xi[1]), _mm256_packs_epi32(xi[2], xi[3]));
+    const __m256i signs = avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]);
     // The sign bit (bit 7 of a byte, moved to bit B - 1) where x < 0 and the level is not 0.
     __m256i neg = _mm256_and_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(levels, _mm256_setzero_si256()), signs), sign);
     if constexpr (B < 8) neg = _mm256_srli_epi16(neg, 8 - B);  // bit 15 stays in its byte, at bit 7 + B

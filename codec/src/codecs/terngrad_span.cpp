@@ -394,8 +394,8 @@ template <bool kStochastic>
 GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint16_t* u, const TritScale& c, uint8_t* t) {
   __m256i xi[4], on[4];
   for (int k = 0; k < 4; ++k) on[k] = nonzero8_avx2<kStochastic>(x + 8 * k, u + 8 * k, c, xi[k]);
-  const __m256i nonzero = _mm256_packs_epi16(_mm256_packs_epi32(on[0], on[1]), _mm256_packs_epi32(on[2], on[3]));
-  const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(xi[0], xi[1]), _mm256_packs_epi32(xi[2], xi[3]));
+  const __m256i nonzero = avx2::pack_signed_interleaved(on[0], on[1], on[2], on[3]);
+  const __m256i signs = avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]);
   const __m256i code = _mm256_sub_epi8(_mm256_set1_epi8(1), _mm256_cmpgt_epi8(_mm256_setzero_si256(), signs));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), avx2::in_element_order(_mm256_and_si256(nonzero, code)));
 }
