@@ -292,10 +292,11 @@ def tensor_key(name: str) -> int:
     return _xxh3_64(name.encode("utf-8"))
 
 
-def rng_bits(seed: int, key: int, purpose: int, count: int, start: int = 0) -> np.ndarray:
+def rng_bits(seed: int, key: int, purpose: int, count: int, start: int = 0, sub: int = 0) -> np.ndarray:
     """32-bit draws start .. start+count-1 of `purpose` for (seed, tensor key): draw i is word
-    i mod 4 of Philox4x32-10 at counter (lo32(i//4), hi32(i//4), purpose, 0) under key
-    (lo32(k), hi32(k)) with k = seed XOR tensor key (CODECS.md, "Randomness")."""
+    i mod 4 of Philox4x32-10 at counter (lo32(i//4), hi32(i//4), purpose, sub) under key
+    (lo32(k), hi32(k)) with k = seed XOR tensor key (CODECS.md, "Randomness"). Sub-stream 0 gives
+    the 32-bit draws; the bytes of sub-streams 0 and 1 are the coarse and fine bytes of draw16."""
     if count <= 0:
         return np.zeros(0, dtype=np.uint32)
     k = (seed ^ key) & U64_MAX
@@ -305,18 +306,21 @@ def rng_bits(seed: int, key: int, purpose: int, count: int, start: int = 0) -> n
     ctr[:, 0] = blocks & _U32
     ctr[:, 1] = blocks >> np.uint64(32)
     ctr[:, 2] = purpose
+    ctr[:, 3] = sub
     words = philox4x32_10(ctr, (k & 0xFFFFFFFF, k >> 32)).reshape(-1)
     return words[start - 4 * b0:start - 4 * b0 + count]
 
 
 def rng_draw16(seed: int, key: int, purpose: int, count: int, start: int = 0) -> np.ndarray:
-    """16-bit draw i: the low (i even) or high (i odd) half of 32-bit draw i // 2, as uint16."""
+    """16-bit draw i = 256 * coarse + fine: byte i mod 16 (little-endian) of block i // 16 of
+    sub-stream 0 and of sub-stream 1, as uint16 (format 1.2)."""
     if count == 0:
         return np.zeros(0, dtype=np.uint16)
-    w0 = start // 2
-    words = rng_bits(seed, key, purpose, (start + count - 1) // 2 + 1 - w0, w0)
-    halves = words.astype("<u4").view("<u2")  # little-endian: low half first
-    return halves[start - 2 * w0:start - 2 * w0 + count].astype(np.uint16)
+    w0 = start // 4
+    nwords = (start + count - 1) // 4 + 1 - w0
+    coarse, fine = (rng_bits(seed, key, purpose, nwords, w0, sub).astype("<u4").view(np.uint8)
+                    [start - 4 * w0:start - 4 * w0 + count].astype(np.uint16) for sub in (0, 1))
+    return (coarse << np.uint16(8)) | fine
 
 
 def rng_uniform(seed: int, key: int, purpose: int, count: int, start: int = 0) -> np.ndarray:

@@ -6,8 +6,8 @@ NaN/Inf/subnormals, 0-d and empty tensors), one <codec>.gcz per codec spec made 
 tests/unit/test_golden.cpp checks that today's gcz still decodes every golden file to the expected
 tensors and still encodes the input to the same stream bytes. Regenerate only on a deliberate format
 or codec change (with a format version bump):  python3 tests/golden/make_golden.py [path/to/gcz]
-Before regenerating, copy the files whose bytes change into a v<old version>/ folder (v1.0/ holds
-the stochastic codecs as format 1.0 wrote them), so that their decoding stays tested.
+Before regenerating, copy the files whose bytes change into a v<old version>/ folder (v1.0/ and v1.1/
+hold the stochastic codecs as formats 1.0 and 1.1 wrote them), so that their decoding stays tested.
 """
 import json
 import pathlib

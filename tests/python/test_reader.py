@@ -828,13 +828,21 @@ def test_philox_known_answers_and_draw_numbering():
         want = ph(ctr, (k & 0xFFFFFFFF, k >> 32))[0][i % 4]
         assert gczread.rng_bits(seed, tkey, 3, 1, start=i)[0] == want
         assert gczread.rng_bits(seed, tkey, 3, 7, start=i)[0] == want
-    # draw16(i) = low (even i) / high (odd i) half of draw i // 2; uniform = (draw16 + 0.5) * 2^-16
-    w = gczread.rng_bits(seed, tkey, 1, 600)
-    for start in (0, 1, 2, 7, 8, 9):
+    # draw16(i) = 256 * coarse + fine, byte i mod 16 of block i // 16 of sub-streams 0 and 1 (counter
+    # word 3); uniform = (draw16 + 0.5) * 2^-16
+    for start in (0, 1, 2, 7, 15, 16, 17, 31):
         d = gczread.rng_draw16(seed, tkey, 1, 1000, start)
-        i = np.arange(start, start + 1000)
-        want = np.where(i % 2 == 0, w[i // 2] & 0xFFFF, w[i // 2] >> 16)
-        assert d.dtype == np.uint16 and np.array_equal(d, want)
+        want = []
+        for i in range(start, start + 1000):
+            b = i // 16
+            ctr = [np.array([[b & 0xFFFFFFFF, b >> 32, 1, sub]], np.uint64) for sub in (0, 1)]
+            words = [ph(c, (k & 0xFFFFFFFF, k >> 32))[0] for c in ctr]
+            byte = [int(w[(i % 16) // 4]) >> (8 * (i % 4)) & 0xFF for w in words]
+            want.append(256 * byte[0] + byte[1])
+        assert d.dtype == np.uint16 and d.tolist() == want
+    # the known answers of CODECS.md: seed 0, tensor key 0, purpose 1
+    assert gczread.rng_draw16(0, 0, 1, 18).tolist()[0] == 0xE1C1
+    assert gczread.rng_draw16(0, 0, 1, 18).tolist()[17] == 0xF680
     u = gczread.rng_uniform(seed, tkey, 1, 1000)
     assert u.dtype == np.float32 and (u > 0).all() and (u < 1).all()
     want = (gczread.rng_draw16(seed, tkey, 1, 1000).astype(np.float64) + 0.5) / 65536

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "codecs/quant_uniforms.h"
@@ -41,12 +42,54 @@ TEST(Philox, RngMapsCountersAsDocumented) {
   EXPECT_NE(Rng(seed, key, kStreamRandomK).bits(0), rng.bits(0));
 }
 
-// 16-bit draw i is the low (even i) or high (odd i) half of 32-bit draw i / 2.
-TEST(Philox, Draw16IsHalfOfA32BitDraw) {
-  const Rng rng(0x0123456789abcdefull, 0x5555aaaa5555aaaaull, kStreamTernGrad);
-  for (uint64_t i : {0ull, 1ull, 2ull, 7ull, 8ull, 9ull, 1000001ull, (1ull << 35) + 3}) {
-    const uint32_t w = rng.bits(i / 2);
-    EXPECT_EQ(rng.draw16(i), i % 2 == 0 ? (w & 0xFFFFu) : (w >> 16)) << i;
+// 16-bit draw i is 256 coarse8(i) + fine8(i): byte i mod 16 of block i / 16 of sub-stream 0 and of
+// sub-stream 1 (counter word 3), bytes little-endian within the block's words; so the coarse byte is
+// also byte i mod 4 of 32-bit draw i / 4.
+TEST(Philox, Draw16IsACoarseAndAFineByte) {
+  const uint64_t seed = 0x0123456789abcdefull, key = 0x5555aaaa5555aaaaull, k = seed ^ key;
+  const Rng rng(seed, key, kStreamTernGrad);
+  for (uint64_t i : {0ull, 1ull, 2ull, 7ull, 15ull, 16ull, 17ull, 1000001ull, (1ull << 35) + 3, (1ull << 40) + 14}) {
+    uint32_t byte[2];
+    for (uint32_t sub = 0; sub < 2; ++sub) {
+      const uint32_t lo = static_cast<uint32_t>(i / 16), hi = static_cast<uint32_t>((i / 16) >> 32);
+      const Philox4x32 b =
+          philox4x32_10(lo, hi, kStreamTernGrad, sub, static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32));
+      byte[sub] = (b.v[(i % 16) / 4] >> (8 * (i % 4))) & 0xFFu;
+    }
+    EXPECT_EQ(rng.coarse8(i), byte[0]) << i;
+    EXPECT_EQ(rng.fine8(i), byte[1]) << i;
+    EXPECT_EQ(rng.coarse8(i), (rng.bits(i / 4) >> (8 * (i % 4))) & 0xFFu) << i;
+    EXPECT_EQ(rng.draw16(i), 256 * byte[0] + byte[1]) << i;
+  }
+  // Known answers (seed 0, tensor key 0, purpose 1), as docs/CODECS.md gives them.
+  const Rng zero(0, 0, kStreamQsgdRounding);
+  EXPECT_EQ(zero.draw16(0), 0xE1C1);
+  EXPECT_EQ(zero.draw16(17), 0xF680);
+}
+
+// The coarse byte settles a Bernoulli draw exactly when it differs from the threshold's top byte,
+// and then agrees with every fine byte; bernoulli_fine is the documented comparison. Every threshold
+// (every p a float32 in [0, 1] can give) and coarse byte; the fine bytes at both ends suffice, since
+// the comparison is monotone in the draw.
+TEST(Philox, CoarseByteSettlesAllButTies) {
+  for (uint32_t threshold = 0; threshold <= 131072; ++threshold) {
+    for (uint32_t c = 0; c < 256; ++c) {
+      const bool low = 2 * (256 * c) < threshold, high = 2 * (256 * c + 255) < threshold;
+      const int coarse = coarse_bernoulli(c, threshold);
+      ASSERT_EQ(coarse == -1, c == threshold >> 9) << threshold << " " << c;
+      if (coarse != -1) {
+        ASSERT_EQ(low, coarse == 1) << threshold << " " << c;
+        ASSERT_EQ(high, coarse == 1) << threshold << " " << c;
+      }
+      ASSERT_EQ(bernoulli_fine(c, 0, threshold), low);
+      ASSERT_EQ(bernoulli_fine(c, 255, threshold), high);
+    }
+  }
+  for (const float p : {0.0f, 1.0f, 0.5f, 0x1p-17f, 0.3f, 1e-30f, 0.999999f}) {
+    for (uint32_t d = 0; d < 65536; d += 257) {
+      ASSERT_EQ(Rng::to_uniform(static_cast<uint16_t>(d)) <= p, bernoulli_fine(d >> 8, d & 255, bernoulli_threshold(p)))
+          << p << " " << d;
+    }
   }
 }
 
@@ -90,22 +133,47 @@ TEST(Philox, BernoulliProbabilityIsWithinTwoToTheMinus17OfP) {
   EXPECT_EQ(Rng(1, 2, kStreamQsgdRounding).bernoulli(5, 1.0f), true);
 }
 
-// The bulk generator of the quantizers writes exactly draw16, whatever the start, length and
+// The bulk generator of the quantizers writes exactly coarse8, whatever the start, length and
 // instruction set (AVX2, SSE2, scalar tails).
-TEST(Philox, BulkDrawsMatchDraw16) {
+TEST(Philox, BulkCoarseDrawsMatchCoarse8) {
   const uint64_t seed = 0xfeedfacecafebeefull, key = 0x0f0f0f0f12345678ull;
   const Rng rng(seed, key, kStreamQsgdRounding);
   for (const bool avx2 : {true, false}) {
     allow_avx2_for_testing(avx2);
-    for (const uint64_t first : {0ull, 1ull, 7ull, 8ull, 13ull, (1ull << 33) + 5}) {
-      for (const uint64_t n : {0ull, 1ull, 31ull, 32ull, 33ull, 191ull, 192ull, 500ull, 4099ull}) {
-        std::vector<uint16_t> d(n + 1, 0xABCD);
-        fill_draws16(seed, key, kStreamQsgdRounding, first, n, d.data());
+    for (const uint64_t first : {0ull, 1ull, 7ull, 16ull, 29ull, (1ull << 33) + 5}) {
+      for (const uint64_t n : {0ull, 1ull, 31ull, 63ull, 64ull, 65ull, 383ull, 384ull, 385ull, 1000ull, 4099ull}) {
+        std::vector<uint8_t> d(n + 1, 0xAB);
+        fill_coarse8(seed, key, kStreamQsgdRounding, first, n, d.data());
         for (uint64_t k = 0; k < n; ++k) {
-          ASSERT_EQ(d[k], rng.draw16(first + k)) << avx2 << " " << first << " " << n << " " << k;
+          ASSERT_EQ(d[k], rng.coarse8(first + k)) << avx2 << " " << first << " " << n << " " << k;
         }
-        ASSERT_EQ(d[n], 0xABCD) << "wrote past the end";
+        ASSERT_EQ(d[n], 0xAB) << "wrote past the end";
       }
+    }
+  }
+  allow_avx2_for_testing(true);
+}
+
+// FineDraws::gather gives fine8 of any list of elements (in any order, repeats included), however
+// many: the AVX2 batches of 24 blocks, their partial last batch, and the scalar path.
+TEST(Philox, GatheredFineDrawsMatchFine8) {
+  const uint64_t seed = 77, key = 0xabcdef0123456789ull, first = (1ull << 36) + 3;
+  const Rng rng(seed, key, kStreamTernGrad);
+  const FineDraws fine{seed, key, kStreamTernGrad, first};
+  std::mt19937_64 pick(5);
+  for (const bool avx2 : {true, false}) {
+    allow_avx2_for_testing(avx2);
+    for (const uint64_t n : {0ull, 1ull, 5ull, 11ull, 12ull, 23ull, 24ull, 25ull, 64ull, 100ull}) {
+      std::vector<uint64_t> k(n);
+      for (uint64_t& v : k) v = pick() % 9000;
+      if (n > 3) k[2] = k[1];
+      std::vector<uint8_t> f(n + 1, 0xCD);
+      fine.gather(k.data(), n, f.data());
+      for (uint64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(f[j], rng.fine8(first + k[j])) << avx2 << " " << n << " " << j;
+        ASSERT_EQ(f[j], fine.at(k[j]));
+      }
+      ASSERT_EQ(f[n], 0xCD) << "wrote past the end";
     }
   }
   allow_avx2_for_testing(true);

@@ -163,6 +163,40 @@ TEST(TernGrad, StochasticRoundingUsesTheDocumentedDraws) {
   }
 }
 
+// Values made so that every draw ties with its coarse byte (floor(2^17 p) >> 9 equals Rng::coarse8(i),
+// and the fine byte decides): the vector loops note each one and settle it in the packed bytes with
+// the whole 16-bit draw, so the trits are still those of the documented draws, for both packings,
+// tensor and group scales, and either instruction set.
+TEST(TernGrad, DrawsTheCoarseByteCannotSettle) {
+  const uint64_t n = 4103, seed = 31, key = 4;
+  const detail::Rng rng(seed, key, detail::kStreamTernGrad);
+  std::vector<float> x(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t threshold = 512 * rng.coarse8(i) + 1 + static_cast<uint32_t>(i % 510);
+    const float p = static_cast<float>(threshold) * 0x1p-17f;  // exact, below 1
+    x[i] = i % 3 == 0 ? -p : p;
+  }
+  for (uint64_t i = 0; i < n; i += 320) x[i] = 1.0f;  // s = 1 for the tensor and every group: p = |x|
+  for (const char* spec : {"terngrad:clip=0", "terngrad:clip=0,packing=2bit", "terngrad:clip=0,scale=group,group=320",
+                           "terngrad:clip=0,scale=group,group=320,packing=2bit"}) {
+    for (const int avx2 : {1, 0}) {
+      detail::allow_avx2_for_testing(avx2 == 1);
+      auto c = make(spec, seed, key);
+      const Encoded e = encode(*c, f32(n), x.data(), 0, n);
+      const std::vector<float> y = decode(*c, f32(n), e, 0, n);
+      uint64_t on_count = 0;
+      for (uint64_t i = 0; i < n; ++i) {
+        const bool on = rng.uniform(i) <= std::fabs(x[i]);
+        on_count += on ? 1 : 0;
+        ASSERT_EQ(y[i], on ? std::copysign(1.0f, x[i]) : 0.0f) << spec << " " << avx2 << " " << i;
+      }
+      EXPECT_GT(on_count, n / 8) << spec;  // the fine bytes turn some on and leave some off
+      EXPECT_LT(on_count, n - n / 8) << spec;
+    }
+    detail::allow_avx2_for_testing(true);
+  }
+}
+
 // Without clipping, E[x̂] = x: mean over 2000 seeds within 5 sd (sd^2 = s^2 p (1 - p) / seeds).
 TEST(TernGrad, StochasticRoundingIsUnbiasedWithoutClipping) {
   const uint64_t n = 300, seeds = 2000;

@@ -1,7 +1,7 @@
 // AVX2 pieces the quantizers' span loops share (qsgd_span.cpp, terngrad_span.cpp): narrowing 32
-// 32-bit lanes to 32 bytes (values 0..255, or signs and masks) in element order, and the max of eight
-// int32 lanes. Each function is
-// force-inlined into AVX2 code only; include this file from x86-64 translation units.
+// 32-bit lanes to 32 bytes (values 0..255, or signs and masks) in element order and back, and the max
+// of eight int32 lanes. Each function is force-inlined into AVX2 code only; include this file from
+// x86-64 translation units.
 //
 //   __m256i bytes = gcz::detail::avx2::pack_interleaved(c0, c1, c2, c3);  // lanes 0..255
 //   _mm256_storeu_si256(out, gcz::detail::avx2::in_element_order(bytes));
@@ -28,6 +28,11 @@ GCZ_AVX2_INLINE __m256i pack_signed_interleaved(__m256i a, __m256i b, __m256i c,
 }
 GCZ_AVX2_INLINE __m256i in_element_order(__m256i interleaved) {
   return _mm256_permutevar8x32_epi32(interleaved, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// The inverse of in_element_order: 32 bytes in element order (a load) into the packs' order.
+GCZ_AVX2_INLINE __m256i in_pack_order(__m256i ordered) {
+  return _mm256_permutevar8x32_epi32(ordered, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
 }
 
 GCZ_AVX2_INLINE int32_t hmax_epi32(__m256i v) {

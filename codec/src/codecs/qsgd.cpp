@@ -1,7 +1,7 @@
 // QSGD on the CPU: parameters, stream sizes, and the chunk loop. A chunk is processed in spans of whole
-// groups (about 8192 elements, so a span's input, draws and codes stay in L1/L2): the span's
-// draws from Philox (fill_draws16), then the span loops of qsgd_span.cpp (scales, a branch-free
-// quantize loop per group, bit packing specialised per code width).
+// groups (about 8192 elements, so a span's input, draws and codes stay in L1/L2): the span's coarse
+// draw bytes from Philox (fill_coarse8), then the span loops of qsgd_span.cpp (scales, a branch-free
+// quantize loop per group, the rare fine draws, bit packing specialised per code width).
 #include "codecs/qsgd.h"
 
 #include <algorithm>
@@ -83,6 +83,7 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
   const uint64_t most = std::min(span_, count);
   x_.resize(t.dtype == DType::kFloat32 ? 0 : most);
   u_.resize(most);  // also when unused: the quantize loops read it
+  ties_.resize(o_.stochastic ? most : 0);
   scale_.resize(ceil_div(most, o_.group));
   finite_.resize(scale_.size());
   codes_.resize(most);
@@ -96,11 +97,12 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
       x = x_.data();
     }
     if (o_.stochastic) {
-      fill_draws16(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data(), x);
+      fill_coarse8(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data(), x);
     }
-    qsgd_encode_span(o_.bits, {x, u_.data(), len, o_.group, o_.l2_scale, o_.stochastic, o_.scale_dtype,
+    const FineDraws fine{context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a};
+    qsgd_encode_span(o_.bits, {x, u_.data(), fine, len, o_.group, o_.l2_scale, o_.stochastic, o_.scale_dtype,
                                out[1].data() + scale_old + a / o_.group * ssize, scale_.data(), finite_.data(),
-                               codes_.data(),
+                               codes_.data(), ties_.data(),
                                reinterpret_cast<uint8_t*>(out[0].data() + code_old + a * o_.bits / 8)});
   }
   return Status::ok();

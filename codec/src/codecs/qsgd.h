@@ -50,8 +50,8 @@ class QsgdCodec : public Codec {
   uint64_t unit_;  // lcm(group, 8)
   uint64_t span_;  // elements per span: a multiple of unit_ near 8192
   std::vector<float> x_, y_, step_, scale_;
-  std::vector<uint16_t> u_;
-  std::vector<uint8_t> codes_, finite_;
+  std::vector<uint8_t> u_, codes_, finite_;
+  std::vector<uint32_t> ties_;
 };
 
 }  // namespace detail

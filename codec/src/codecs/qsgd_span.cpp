@@ -79,11 +79,18 @@ GCZ_CPU_INLINE float load_scale(const std::byte* in, DType dtype) {
   return dtype == DType::kFloat16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
+// The codes of x[0, n), elements at .. at + n - 1 of the span: stochastic rounding takes each
+// element's coarse draw byte u[i] and, when that does not settle it, its fine byte.
 template <int B, bool kStochastic>
-GCZ_CPU_INLINE void quantize_run(const float* x, const uint16_t* u, uint8_t* c, uint64_t n, float scale) {
+GCZ_CPU_INLINE void quantize_run(const float* x, const uint8_t* u, uint8_t* c, uint64_t n, float scale,
+                                 const FineDraws& fine, uint64_t at) {
   const float s = static_cast<float>(levels(B)), inv = inverse_step(scale, levels(B));
   for (uint64_t i = 0; i < n; ++i) {
-    c[i] = static_cast<uint8_t>(quantize<B, kStochastic>(x[i], inv, s, scale, Rng::to_uniform(u[i])));
+    if constexpr (kStochastic) {
+      c[i] = static_cast<uint8_t>(quantize_drawn<B>(x[i], inv, s, scale, u[i], [&] { return fine.at(at + i); }));
+    } else {
+      c[i] = static_cast<uint8_t>(quantize<B, false>(x[i], inv, s, scale, 0.0f));
+    }
   }
 }
 
@@ -154,9 +161,9 @@ GCZ_CPU_INLINE void encode_span(const QsgdEncodeSpan& j) {
   for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.group) {
     const uint64_t n = std::min(j.group, j.len - a);
     if (j.stochastic) {
-      quantize_run<B, true>(j.x + a, j.u + a, c + a, n, j.scale[g]);
+      quantize_run<B, true>(j.x + a, j.u + a, c + a, n, j.scale[g], j.fine, a);
     } else {
-      quantize_run<B, false>(j.x + a, j.u + a, c + a, n, j.scale[g]);
+      quantize_run<B, false>(j.x + a, j.u + a, c + a, n, j.scale[g], j.fine, a);
     }
   }
   if (B != 8) pack<B>(c, j.len, j.codes);
@@ -220,14 +227,14 @@ GCZ_AVX2_INLINE int32_t abs_bits_max_avx2(const float* x, uint64_t n) {
   return r;
 }
 
-// The levels of eight elements as 32-bit lanes (qsgd::quantize<B, kStochastic> without the sign),
-// from their bits xi. kFinite: every element is known to be finite, so none needs zeroing. The lanes
-// hold R = floor(2^17 r), computed as min(a * inv17, s17) with inv17 = 2^17 inv and s17 = 2^17 s (s17
-// when a >= scale_ge, the stored scale, or +Inf for a zero scale): a power of two commutes with the
-// rounding of a product in the normal range, and an r below 2^-126 gives level 0 and frac 0 either
-// way. Then l = R >> 17 and floor(2^17 frac) = R mod 2^17, exactly (r < 128, so R < 2^24).
-template <bool kStochastic, bool kFinite>
-GCZ_AVX2_INLINE __m256i levels8_avx2(__m256i xi, const uint16_t* u, __m256 inv17, __m256 s17, __m256 scale_ge) {
+// R = floor(2^17 r) of eight elements from their bits xi (qsgd::level_frac: l = R >> 17 and
+// floor(2^17 frac) = R mod 2^17). kFinite: every element is known to be finite, so none needs zeroing.
+// R is computed as min(a * inv17, s17) with inv17 = 2^17 inv and s17 = 2^17 s (s17 when a >= scale_ge,
+// the stored scale, or +Inf for a zero scale): a power of two commutes with the rounding of a product
+// in the normal range, and an r below 2^-126 gives level 0 and frac 0 either way. R is exact: r < 128,
+// so R < 2^24.
+template <bool kFinite>
+GCZ_AVX2_INLINE __m256i fixed8_avx2(__m256i xi, __m256 inv17, __m256 s17, __m256 scale_ge) {
   __m256i abs_bits = _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF));
   if constexpr (!kFinite) {
     abs_bits = _mm256_and_si256(abs_bits, _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs_bits));
@@ -235,39 +242,59 @@ GCZ_AVX2_INLINE __m256i levels8_avx2(__m256i xi, const uint16_t* u, __m256 inv17
   const __m256 a = _mm256_castsi256_ps(abs_bits);
   __m256 r17 = _mm256_min_ps(_mm256_mul_ps(a, inv17), s17);  // min_ps(r, s) is r < s ? r : s
   r17 = _mm256_blendv_ps(r17, s17, _mm256_cmp_ps(a, scale_ge, _CMP_GE_OQ));
-  const __m256i fixed = _mm256_cvttps_epi32(r17);  // R
+  return _mm256_cvttps_epi32(r17);
+}
+
+// The levels of 32 elements as bytes in the packs' order, from their R (fixed8_avx2). Nearest: frac >=
+// 0.5 exactly when R mod 2^17 >= 2^16, so l + up = (R + 2^16) >> 17. Stochastic: R >> 9 narrows to 16
+// bits as l * 2^8 + t, t = floor(2^17 frac) >> 9 the top byte of the rounding threshold, which the
+// coarse draw bytes u (element order) meet: u < t rounds up, u > t down, and u = t (one element in
+// 256) stays down here and is noted in tie_mask (bit k for element k) for a fine byte to settle.
+template <bool kStochastic>
+GCZ_AVX2_INLINE __m256i levels32_avx2(const __m256i* fx, const uint8_t* u, uint32_t& tie_mask) {
   if constexpr (kStochastic) {
-    // Rng::to_uniform(d) <= frac as 2 d < floor(2^17 frac) (Rng::bernoulli).
-    const __m256i d = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
-    const __m256i t = _mm256_and_si256(fixed, _mm256_set1_epi32(0x1FFFF));
-    const __m256i up = _mm256_cmpgt_epi32(t, _mm256_add_epi32(d, d));
-    return _mm256_sub_epi32(_mm256_srli_epi32(fixed, 17), up);  // up is all ones: l + 1
+    const __m256i w01 = _mm256_packus_epi32(_mm256_srli_epi32(fx[0], 9), _mm256_srli_epi32(fx[1], 9));
+    const __m256i w23 = _mm256_packus_epi32(_mm256_srli_epi32(fx[2], 9), _mm256_srli_epi32(fx[3], 9));
+    const __m256i low = _mm256_set1_epi16(0xFF);
+    const __m256i l = _mm256_packus_epi16(_mm256_srli_epi16(w01, 8), _mm256_srli_epi16(w23, 8));
+    const __m256i t = _mm256_packus_epi16(_mm256_and_si256(w01, low), _mm256_and_si256(w23, low));
+    const __m256i d = avx2::in_pack_order(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
+    const __m256i tie = _mm256_cmpeq_epi8(t, d);
+    tie_mask = static_cast<uint32_t>(_mm256_movemask_epi8(avx2::in_element_order(tie)));
+    return _mm256_add_epi8(l, _mm256_min_epu8(_mm256_subs_epu8(t, d), _mm256_set1_epi8(1)));  // + (d < t)
   } else {
-    // frac >= 0.5 exactly when R mod 2^17 >= 2^16: l + up = (R + 2^16) >> 17.
-    return _mm256_srli_epi32(_mm256_add_epi32(fixed, _mm256_set1_epi32(0x10000)), 17);
+    tie_mask = 0;
+    const __m256i half = _mm256_set1_epi32(0x10000);
+    return avx2::pack_interleaved(
+        _mm256_srli_epi32(_mm256_add_epi32(fx[0], half), 17), _mm256_srli_epi32(_mm256_add_epi32(fx[1], half), 17),
+        _mm256_srli_epi32(_mm256_add_epi32(fx[2], half), 17), _mm256_srli_epi32(_mm256_add_epi32(fx[3], half), 17));
   }
 }
 
-// The codes of group x[0, n) with stored scale `scale_value`. For a scale so small that 2^17 inv
-// overflows (below about s * 2^-111) the scalar loop does the whole group.
+// The codes of group x[0, n) (elements at .. at + n - 1 of the span) with stored scale `scale_value`;
+// the elements whose rounding waits for a fine byte are appended to ties[count..]. For a scale so
+// small that 2^17 inv overflows (below about s * 2^-111) the scalar loop does the whole group.
 template <int B, bool kStochastic, bool kFinite>
-GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint16_t* u, uint8_t* c, uint64_t n, float scale_value) {
+GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t* c, uint64_t n, float scale_value,
+                                       const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
   const float inv17_value = inverse_step(scale_value, levels(B)) * 131072.0f;
-  if (!(inv17_value <= kMaxFloat)) return quantize_run<B, kStochastic>(x, u, c, n, scale_value);
+  if (!(inv17_value <= kMaxFloat)) return quantize_run<B, kStochastic>(x, u, c, n, scale_value, fine, at);
   const __m256 inv17 = _mm256_set1_ps(inv17_value);
   const __m256 s17 = _mm256_set1_ps(static_cast<float>(levels(B)) * 131072.0f);
   const __m256 scale_ge = _mm256_set1_ps(scale_value > 0.0f ? scale_value : __builtin_inff());
   const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    __m256i xi[4], lv[4];
+    __m256i xi[4], fx[4];
     for (int k = 0; k < 4; ++k) {
       xi[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8 * k));
-      lv[k] = levels8_avx2<kStochastic, kFinite>(xi[k], u + i + 8 * k, inv17, s17, scale_ge);
+      fx[k] = fixed8_avx2<kFinite>(xi[k], inv17, s17, scale_ge);
     }
+    uint32_t tie_mask;
+    const __m256i levels = levels32_avx2<kStochastic>(fx, u + i, tie_mask);
+    if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
     // Levels < 128 and the elements' bits packed alike to bytes (the signed saturating packs keep
     // each sign), both in the packs' interleaved order, which one permute of the codes undoes.
-    const __m256i levels = avx2::pack_interleaved(lv[0], lv[1], lv[2], lv[3]);
     const __m256i signs = avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]);
     // The sign bit (bit 7 of a byte, moved to bit B - 1) where x < 0 and the level is not 0.
     __m256i neg = _mm256_and_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(levels, _mm256_setzero_si256()), signs), sign);
@@ -275,7 +302,20 @@ GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint16_t* u, uint8_
     const __m256i codes = _mm256_or_si256(levels, neg);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i), avx2::in_element_order(codes));
   }
-  quantize_run<B, kStochastic>(x + i, u + i, c + i, n - i, scale_value);  // the last (n mod 32)
+  quantize_run<B, kStochastic>(x + i, u + i, c + i, n - i, scale_value, fine, at + i);  // the last (n mod 32)
+}
+
+// The codes of the span's elements noted in ties[0, 2 count) (note_ties): qsgd::quantize with the
+// whole 16-bit draw.
+template <int B>
+GCZ_CPU_INLINE void settle_ties(const QsgdEncodeSpan& j, uint8_t* c, uint64_t count) {
+  const float s = static_cast<float>(levels(B));
+  for_each_tie(j.ties, count, j.fine, [&](uint64_t e, uint32_t fine) {
+    const float scale = j.scale[e / j.group];
+    const uint16_t draw = static_cast<uint16_t>((uint32_t{j.u[e]} << 8) | fine);
+    c[e] = static_cast<uint8_t>(quantize<B, true>(j.x[e], inverse_step(scale, levels(B)), s, scale,
+                                                  Rng::to_uniform(draw)));
+  });
 }
 
 // The span's scales first (max scale: a vector max, exact unless an element is not finite; l2 scale:
@@ -298,23 +338,25 @@ __attribute__((target("avx2"))) void encode_avx2(const QsgdEncodeSpan& j) {
     j.scale[g] = store_scale(floor_scale(raw), j.scale_dtype, j.scales + g * ssize);
   }
   uint8_t* c = B == 8 ? j.codes : j.scratch;
+  uint64_t ties = 0;
   for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.group) {
     const float* xg = j.x + a;
     const uint64_t n = std::min(j.group, j.len - a);
     if (j.stochastic) {
       if (j.finite[g]) {
-        quantize_run_avx2<B, true, true>(xg, j.u + a, c + a, n, j.scale[g]);
+        quantize_run_avx2<B, true, true>(xg, j.u + a, c + a, n, j.scale[g], j.fine, a, j.ties, ties);
       } else {
-        quantize_run_avx2<B, true, false>(xg, j.u + a, c + a, n, j.scale[g]);
+        quantize_run_avx2<B, true, false>(xg, j.u + a, c + a, n, j.scale[g], j.fine, a, j.ties, ties);
       }
     } else {
       if (j.finite[g]) {
-        quantize_run_avx2<B, false, true>(xg, j.u + a, c + a, n, j.scale[g]);
+        quantize_run_avx2<B, false, true>(xg, j.u + a, c + a, n, j.scale[g], j.fine, a, j.ties, ties);
       } else {
-        quantize_run_avx2<B, false, false>(xg, j.u + a, c + a, n, j.scale[g]);
+        quantize_run_avx2<B, false, false>(xg, j.u + a, c + a, n, j.scale[g], j.fine, a, j.ties, ties);
       }
     }
   }
+  settle_ties<B>(j, c, ties);
   if (B != 8) pack<B>(c, j.len, j.codes);
 }
 template <int B>

@@ -2,20 +2,23 @@
 // and unpack, dequantize. Specialised per code width, and compiled for SSE2 and AVX2 with the choice
 // made at run time; both give the same bytes (the same float32 operations, no FMA).
 //
-//   QsgdEncodeSpan job{x, u, len, 128, false, true, DType::kFloat32, scales, scale, finite, scratch, codes};
+//   QsgdEncodeSpan job{x, u, fine, len, 128, false, true, DType::kFloat32, scales, scale, finite, scratch,
+//                      ties, codes};
 //   qsgd_encode_span(8, job);
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "codecs/quant_uniforms.h"
 #include "gcz/tensor.h"
 
 namespace gcz::detail {
 
 struct QsgdEncodeSpan {
   const float* x;       // len float32 values
-  const uint16_t* u;    // len 16-bit draws (stochastic rounding: Rng::draw16), or any len readable values
+  const uint8_t* u;     // len coarse draw bytes (stochastic rounding: Rng::coarse8), or any len readable bytes
+  FineDraws fine;       // the fine draw bytes, for the roundings the coarse byte does not settle
   uint64_t len;         // the span's elements; the span starts at a group and at a multiple of 8
   uint64_t group;
   bool l2_scale;
@@ -25,6 +28,7 @@ struct QsgdEncodeSpan {
   float* scale;         // scratch: ceil(len / group) floats
   uint8_t* finite;      // scratch: ceil(len / group) flags
   uint8_t* scratch;     // scratch: len bytes (codes before packing)
+  uint32_t* ties;       // scratch: len words (note_ties: the elements whose rounding waits for a fine byte)
   uint8_t* codes;       // out: ceil(len * bits / 8) bytes
 };
 

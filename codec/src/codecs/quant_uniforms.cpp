@@ -1,12 +1,13 @@
 // Philox4x32-10 across several blocks at once. The vector lanes hold different blocks (counters), so
 // each lane computes exactly gcz::detail::philox4x32_10; the four output words of each block are then
-// transposed into draw order (32-bit draw w is word w mod 4 of block w / 4) and stored as they are:
-// in little-endian memory, 32-bit draw w is 16-bit draws 2w (low half) and 2w + 1 (high half), which
-// is Rng::draw16's order. x86 lacks a 32x32->64 multiply on all lanes: the SSE2 path multiplies even lanes
-// and odd lanes separately (pmuludq) and recombines their high and low halves; the AVX2 path keeps
-// one block per 64-bit lane instead (see blocks_avx2).
+// transposed into draw order (32-bit draw w is word w mod 4 of block w / 4) and stored as they are: in
+// little-endian memory, byte k of block b of sub-stream 0 is then Rng::coarse8(16 b + k) (and of
+// sub-stream 1, Rng::fine8). x86 lacks a 32x32->64 multiply on all lanes: the SSE2 path multiplies
+// even lanes and odd lanes separately (pmuludq) and recombines their high and low halves; the AVX2
+// path keeps one block per 64-bit lane instead (see blocks_avx2).
 #include "codecs/quant_uniforms.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -34,13 +35,13 @@ inline void mulhilo4(__m128i a, __m128i m, __m128i& hi, __m128i& lo) {
   lo = _mm_or_si128(_mm_and_si128(even, low_mask), _mm_slli_epi64(odd, 32));
 }
 
-// Blocks b .. b + 3 -> 16 32-bit draws at w.
-void blocks4(uint64_t b, uint32_t k0, uint32_t k1, uint32_t purpose, void* w) {
-  __m128i c0 = _mm_set_epi32(static_cast<int>(b + 3), static_cast<int>(b + 2), static_cast<int>(b + 1),
-                             static_cast<int>(b));
-  __m128i c1 = _mm_set_epi32(static_cast<int>((b + 3) >> 32), static_cast<int>((b + 2) >> 32),
-                             static_cast<int>((b + 1) >> 32), static_cast<int>(b >> 32));
-  __m128i c2 = _mm_set1_epi32(static_cast<int>(purpose)), c3 = _mm_setzero_si128();
+// Blocks b[0 .. 3] of sub-stream `sub` -> their 16 32-bit words at w, block by block.
+void blocks4(const uint64_t* b, uint32_t sub, uint32_t k0, uint32_t k1, uint32_t purpose, void* w) {
+  __m128i c0 = _mm_set_epi32(static_cast<int>(b[3]), static_cast<int>(b[2]), static_cast<int>(b[1]),
+                             static_cast<int>(b[0]));
+  __m128i c1 = _mm_set_epi32(static_cast<int>(b[3] >> 32), static_cast<int>(b[2] >> 32),
+                             static_cast<int>(b[1] >> 32), static_cast<int>(b[0] >> 32));
+  __m128i c2 = _mm_set1_epi32(static_cast<int>(purpose)), c3 = _mm_set1_epi32(static_cast<int>(sub));
   const __m128i m0 = _mm_set1_epi32(static_cast<int>(kM0)), m1 = _mm_set1_epi32(static_cast<int>(kM1));
   for (int round = 0; round < 10; ++round) {
     __m128i hi0, lo0, hi1, lo1;
@@ -74,10 +75,12 @@ constexpr int kBlocksPerCall = 4 * kSets;
 struct Keys8 {
   __m256i k0[10], k1[10];  // round r's key words, broadcast
   __m256i round0_c0;       // round 0's hi(purpose * M1) ^ k0 (c2 = purpose is the same for every block)
+  __m256i round0_c2k;      // round 0's c3 ^ k1: the sub-stream, the same for every block, ^ k1
   __m256i round1_c1k;      // round 0's lo(purpose * M1), which is round 1's c1, ^ round 1's k0
 };
 
-__attribute__((target("avx2"))) void make_keys8(uint32_t k0, uint32_t k1, uint32_t purpose, Keys8& keys) {
+__attribute__((target("avx2"))) void make_keys8(uint32_t k0, uint32_t k1, uint32_t purpose, uint32_t sub,
+                                                Keys8& keys) {
   for (int r = 0; r < 10; ++r) {
     keys.k0[r] = _mm256_set1_epi32(static_cast<int>(k0 + static_cast<uint32_t>(r) * kW0));
     keys.k1[r] = _mm256_set1_epi32(static_cast<int>(k1 + static_cast<uint32_t>(r) * kW1));
@@ -86,20 +89,26 @@ __attribute__((target("avx2"))) void make_keys8(uint32_t k0, uint32_t k1, uint32
   mulhilo32(kM1, purpose, hi1, lo1);
   keys.round0_c0 = _mm256_set1_epi32(static_cast<int>(hi1 ^ k0));
   keys.round1_c1k = _mm256_set1_epi32(static_cast<int>(lo1 ^ (k0 + kW0)));
+  keys.round0_c2k = _mm256_set1_epi32(static_cast<int>(sub ^ k1));
 }
 
-// Blocks b .. b + kBlocksPerCall - 1 -> 4 * kBlocksPerCall 32-bit draws at w.
-__attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const Keys8& keys, void* w) {
+// Blocks b .. b + kBlocksPerCall - 1 (kGather: blocks b[0 .. kBlocksPerCall - 1]) -> their words at w,
+// block by block.
+template <bool kGather>
+__attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blocks, const Keys8& keys, void* w) {
   const __m256i m0 = _mm256_set1_epi64x(kM0), m1 = _mm256_set1_epi64x(kM1);
   const __m256i order = _mm256_set_epi64x(3, 1, 2, 0);
   __m256i c0[kSets], c1[kSets], c2[kSets], c3[kSets];
   // Round 0: c2 = purpose and c3 = 0 for every block, so purpose * M1 is a constant.
 #pragma GCC unroll 8
   for (int s = 0; s < kSets; ++s) {
-    const __m256i ctr = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(b + 4 * s)), order);
+    const __m256i ctr =
+        kGather ? _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks + 4 * s)),
+                                           _MM_SHUFFLE(3, 1, 2, 0))
+                : _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(b + 4 * s)), order);
     const __m256i p0 = _mm256_mul_epu32(ctr, m0);
     c0[s] = _mm256_xor_si256(keys.round0_c0, _mm256_srli_epi64(ctr, 32));
-    c2[s] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), keys.k1[0]);
+    c2[s] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), keys.round0_c2k);
     c3[s] = p0;
   }
   // Round 1: c1 is round 0's constant lo(purpose * M1).
@@ -163,15 +172,15 @@ void allow_avx2_for_testing(bool allowed) { g_avx2_allowed.store(allowed); }
 
 namespace {
 
-// The 16-bit (T = uint16_t) or 32-bit (T = uint32_t) draws first .. first + n - 1: one by one up to a
-// block boundary, then whole calls of the vector kernel, the rest of the AVX2 work through a buffer.
+// The coarse bytes (T = uint8_t) or 32-bit draws (T = uint32_t) first .. first + n - 1: one by one up
+// to a block boundary, then whole calls of the vector kernel, the rest of the AVX2 work through a buffer.
 template <typename T>
 void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, T* d,
                 const float* touch) {
   constexpr uint64_t kPerBlock = 16 / sizeof(T);  // draws per Philox block
   const Rng rng(seed, tensor_key, purpose);
   auto draw = [&rng](uint64_t i) -> T {
-    if constexpr (sizeof(T) == 2) return rng.draw16(i);
+    if constexpr (sizeof(T) == 1) return static_cast<T>(rng.coarse8(i));
     return rng.bits(i);
   };
   uint64_t k = 0;
@@ -181,32 +190,56 @@ void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t f
   if (cpu_has_avx2()) {
     constexpr uint64_t kPerCall = kPerBlock * kBlocksPerCall;
     Keys8 keys;
-    make_keys8(k0, k1, purpose, keys);
+    make_keys8(k0, k1, purpose, 0, keys);
     for (; k + kPerCall <= n; k += kPerCall) {
       if (touch != nullptr) {  // the cache lines of the values this call's draws will round
         for (uint64_t b = 0; b < kPerCall; b += 16) {
           _mm_prefetch(reinterpret_cast<const char*>(touch + k + b), _MM_HINT_T0);
         }
       }
-      blocks_avx2((first + k) / kPerBlock, keys, d + k);
+      blocks_avx2<false>((first + k) / kPerBlock, nullptr, keys, d + k);
     }
     if (n - k >= 4 * kPerBlock) {  // one more call for the rest, through a buffer
       alignas(32) T rest[kPerCall];
-      blocks_avx2((first + k) / kPerBlock, keys, rest);
+      blocks_avx2<false>((first + k) / kPerBlock, nullptr, keys, rest);
       std::memcpy(d + k, rest, (n - k) * sizeof(T));
       k = n;
     }
   }
-  for (; k + 4 * kPerBlock <= n; k += 4 * kPerBlock) blocks4((first + k) / kPerBlock, k0, k1, purpose, d + k);
+  for (; k + 4 * kPerBlock <= n; k += 4 * kPerBlock) {
+    const uint64_t b = (first + k) / kPerBlock, blocks[4] = {b, b + 1, b + 2, b + 3};
+    blocks4(blocks, 0, k0, k1, purpose, d + k);
+  }
 #endif
   for (; k < n; ++k) d[k] = draw(first + k);
 }
 
 }  // namespace
 
-void fill_draws16(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint16_t* d,
+void fill_coarse8(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint8_t* d,
                   const float* touch) {
   fill_draws(seed, tensor_key, purpose, first, n, d, touch);
+}
+
+void FineDraws::gather(const uint64_t* k, uint64_t n, uint8_t* f) const {
+  const Rng rng(seed, tensor_key, purpose);
+  uint64_t j = 0;
+#if defined(__x86_64__)
+  if (cpu_has_avx2() && n >= kBlocksPerCall / 2) {
+    Keys8 keys;
+    make_keys8(static_cast<uint32_t>(seed ^ tensor_key), static_cast<uint32_t>((seed ^ tensor_key) >> 32), purpose, 1,
+               keys);
+    for (; j < n; j += kBlocksPerCall) {  // the last call's blocks past n repeat element k[n - 1]
+      uint64_t blocks[kBlocksPerCall];
+      for (uint64_t q = 0; q < kBlocksPerCall; ++q) blocks[q] = (first + k[std::min(j + q, n - 1)]) >> 4;
+      alignas(32) uint8_t bytes[16 * kBlocksPerCall];
+      blocks_avx2<true>(0, blocks, keys, bytes);
+      for (uint64_t q = 0; q < kBlocksPerCall && j + q < n; ++q) f[j + q] = bytes[16 * q + ((first + k[j + q]) & 15)];
+    }
+    return;
+  }
+#endif
+  for (; j < n; ++j) f[j] = static_cast<uint8_t>(rng.fine8(first + k[j]));
 }
 
 void fill_draws32(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint32_t* d) {

@@ -1,8 +1,8 @@
 // TernGrad on the CPU: parameters, stream sizes and the chunk loop. With a tensor scale the codec takes
 // the whole tensor (chunk_unit 0) and makes two passes in spans of ~8K elements, each split over the
 // codec's threads: the moments (max|x|, sigma), then the trits. With a group scale a span holds whole
-// groups: their scales (in cache), then the span's 16-bit draws from Philox and the loops of
-// terngrad_span.cpp (trits, packing).
+// groups: their scales (in cache), then the span's coarse draw bytes from Philox and the loops of
+// terngrad_span.cpp (trits, packing, the rare fine draws).
 #include "codecs/terngrad.h"
 
 #include <algorithm>
@@ -136,6 +136,7 @@ void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t 
                                  float tensor_s, std::byte* trits, std::byte* scales, Scratch& w) {
   const uint64_t most = std::min(span_, b - a);
   w.u.resize(most);  // also when unused: the trit loops read it
+  w.ties.resize(o_.stochastic ? most : 0);
   w.trits.resize(most + 5);
   w.s.resize(std::max<uint64_t>(1, ceil_div(most, piece_)));
   if (!o_.group_scale) w.s[0] = tensor_s;
@@ -147,9 +148,10 @@ void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t 
       terngrad_group_scales(x, len, o_.group, o_.clip, w.s.data());
       std::memcpy(scales + a / o_.group * 4, w.s.data(), ceil_div(len, o_.group) * 4);
     }
-    if (o_.stochastic) fill_draws16(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, w.u.data(), x);
-    terngrad_encode_span({x, w.u.data(), len, piece_, w.s.data(), o_.stochastic, o_.base3, w.trits.data(),
-                          reinterpret_cast<uint8_t*>(trits + a / per_byte)});
+    if (o_.stochastic) fill_coarse8(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, w.u.data(), x);
+    const FineDraws fine{context_.seed, context_.tensor_key, kStreamTernGrad, first + a};
+    terngrad_encode_span({x, w.u.data(), fine, len, piece_, w.s.data(), o_.stochastic, o_.base3,
+                          w.trits.data(), w.ties.data(), reinterpret_cast<uint8_t*>(trits + a / per_byte)});
   }
 }
 

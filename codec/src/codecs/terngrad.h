@@ -49,8 +49,8 @@ class TernGradCodec : public Codec {
   // One thread's buffers: a span as float32 (other dtypes), its draws, trits and scales, decoded values.
   struct Scratch {
     std::vector<float> x, y, s;
-    std::vector<uint16_t> u;
-    std::vector<uint8_t> trits;
+    std::vector<uint8_t> u, trits;
+    std::vector<uint32_t> ties;
   };
   // The span [a, a + len) of the input as float32 (converted into buf unless already float32).
   static const float* span_values(const TensorInfo& t, const void* src, uint64_t a, uint64_t len,

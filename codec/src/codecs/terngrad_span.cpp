@@ -141,10 +141,35 @@ GCZ_CPU_INLINE void pack(bool base3, const uint8_t* t, uint64_t n, uint8_t* out)
   }
 }
 
+// The trits of x[0, n), elements at .. at + n - 1 of the span: a stochastic draw takes each element's
+// coarse draw byte u[i] and, when that does not settle it, its fine byte.
 template <bool kStochastic>
-GCZ_CPU_INLINE void trit_run(const float* x, const uint16_t* u, uint8_t* t, uint64_t n, float s) {
+GCZ_CPU_INLINE void trit_run(const float* x, const uint8_t* u, uint8_t* t, uint64_t n, float s, const FineDraws& fine,
+                             uint64_t at) {
   const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-  for (uint64_t i = 0; i < n; ++i) t[i] = static_cast<uint8_t>(trit<kStochastic>(x[i], s, inv, Rng::to_uniform(u[i])));
+  for (uint64_t i = 0; i < n; ++i) {
+    if constexpr (kStochastic) {
+      t[i] = static_cast<uint8_t>(trit_drawn(x[i], s, inv, u[i], [&] { return fine.at(at + i); }));
+    } else {
+      t[i] = static_cast<uint8_t>(trit<false>(x[i], s, inv, 0.0f));
+    }
+  }
+}
+
+// The trits of the span's elements noted in ties[0, 2 count) (note_ties; a zero trit so far), with
+// the whole 16-bit draw, added into the packed bytes.
+GCZ_CPU_INLINE void settle_ties(const TernGradEncodeSpan& j, uint64_t count) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  for_each_tie(j.ties, count, j.fine, [&](uint64_t e, uint32_t fine) {
+    const float s = j.scales[e / j.piece], inv = s > 0.0f ? 1.0f / s : 0.0f;
+    const uint16_t draw = static_cast<uint16_t>((uint32_t{j.u[e]} << 8) | fine);
+    const uint32_t t = trit<true>(j.x[e], s, inv, Rng::to_uniform(draw));
+    if (j.base3) {
+      j.out[e / 5] = static_cast<uint8_t>(j.out[e / 5] + t * kPow3[e % 5]);
+    } else {
+      j.out[e / 4] = static_cast<uint8_t>(j.out[e / 4] | (t << (2 * (e % 4))));
+    }
+  });
 }
 
 // The five trits of each base-3 byte (bytes 243..255 hold none: all zero here, rejected before use).
@@ -183,9 +208,9 @@ GCZ_CPU_INLINE void encode_span(const TernGradEncodeSpan& j) {
   for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.piece) {
     const uint64_t n = std::min(j.piece, j.len - a);
     if (j.stochastic) {
-      trit_run<true>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g]);
+      trit_run<true>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g], j.fine, a);
     } else {
-      trit_run<false>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g]);
+      trit_run<false>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g], j.fine, a);
     }
   }
   pack(j.base3, j.scratch, j.len, j.out);
@@ -354,8 +379,8 @@ __attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint6
 // inv * 2^17 overflows (s < 2^-110): `vector` is false then and the scalar loop runs.
 //
 // The vector loops also skip trit()'s rule p = 1 for a = s: there p = s * fl(1 / s) >= 1 - 2^-20
-// (1 / s may be subnormal), which is >= 0.5 and passes u <= p for every draw (u <= 1 - 2^-17), so
-// the trit is the same.
+// (1 / s may be subnormal), which is >= 0.5, and whose threshold byte is 255 (as for p = 1 once
+// saturated), so that the same draws are nonzero and the same ones tie (and are settled by trit()).
 struct TritScale {
   __m256 s, pscale;
   bool vector;
@@ -367,47 +392,66 @@ GCZ_AVX2_INLINE TritScale trit_scale(float s) {
   return {_mm256_set1_ps(s), _mm256_set1_ps(pscale), pscale <= 3.40282346638528859812e+38f};
 }
 
-// Whether each of eight elements is nonzero (all ones) as 32-bit lanes: terngrad::trit<kStochastic>
-// lane by lane, without the sign; xi gets the elements' bits.
-template <bool kStochastic>
-GCZ_AVX2_INLINE __m256i nonzero8_avx2(const float* x, const uint16_t* u, const TritScale& c, __m256i& xi) {
+// p of eight elements times c.pscale (any value for a non-finite x, which `finite` masks), with a =
+// min(|x|, s); xi gets the elements' bits.
+GCZ_AVX2_INLINE __m256 p8_avx2(const float* x, const TritScale& c, __m256i& xi, __m256i& finite) {
   xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   const __m256 y = _mm256_castsi256_ps(_mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF)));  // |x|
-  const __m256i finite = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
-  // p (times 2^17 when stochastic) with a = min(|x|, s); any value for a non-finite x, masked below.
-  const __m256 p = _mm256_mul_ps(_mm256_min_ps(y, c.s), c.pscale);
-  __m256i on;
-  if constexpr (kStochastic) {
-    // u <= p as 2 d < floor(2^17 p) (Rng::bernoulli).
-    const __m256i d = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
-    on = _mm256_cmpgt_epi32(_mm256_cvttps_epi32(p), _mm256_add_epi32(d, d));
-  } else {
-    on = _mm256_castps_si256(_mm256_cmp_ps(p, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
-  }
-  return _mm256_and_si256(on, finite);
+  finite = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+  return _mm256_mul_ps(_mm256_min_ps(y, c.s), c.pscale);
 }
 
-// The trits of the 32 elements at x, as bytes at t. The nonzero masks and the elements' bits are
-// packed to bytes alike (the signed saturating packs keep each sign); a nonzero trit has |x| > 0, so
-// its sign is x's sign bit: 1 - (x < 0 ? -1 : 0) is kPlus or kMinus.
+// The trits of the 32 elements at x, as bytes at t: terngrad::trit<kStochastic> lane by lane. The
+// elements' bits are packed to bytes (the signed saturating packs keep each sign); a nonzero trit has
+// |x| > 0, so its sign is x's sign bit: 1 - (x < 0 ? -1 : 0) is kPlus or kMinus. Deterministic: the
+// nonzero masks are packed alike. Stochastic: floor(2^17 p) >> 9 narrows to a byte d, the top byte of
+// the draw's threshold (terngrad::trit_drawn), which the coarse draw bytes u meet: u < d is nonzero,
+// u > d zero, and u = d (one element in 256) stays zero here and is noted in tie_mask (bit k for
+// element k) for its fine byte to settle. The packs saturate d = 256 (p = 1) to 255, which is still
+// exact: every u below 255 is nonzero then, and u = 255 is settled.
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint16_t* u, const TritScale& c, uint8_t* t) {
-  __m256i xi[4], on[4];
-  for (int k = 0; k < 4; ++k) on[k] = nonzero8_avx2<kStochastic>(x + 8 * k, u + 8 * k, c, xi[k]);
-  const __m256i nonzero = avx2::pack_signed_interleaved(on[0], on[1], on[2], on[3]);
+GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint8_t* u, const TritScale& c, uint8_t* t,
+                                  uint32_t& tie_mask) {
+  __m256i xi[4], fin[4];
+  __m256 p[4];
+  for (int k = 0; k < 4; ++k) p[k] = p8_avx2(x + 8 * k, c, xi[k], fin[k]);
   const __m256i signs = avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]);
   const __m256i code = _mm256_sub_epi8(_mm256_set1_epi8(1), _mm256_cmpgt_epi8(_mm256_setzero_si256(), signs));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), avx2::in_element_order(_mm256_and_si256(nonzero, code)));
+  __m256i trits;
+  if constexpr (kStochastic) {
+    __m256i top[4];  // 0 for a non-finite x: its trit is zero (or settled as a tie, to zero)
+    for (int k = 0; k < 4; ++k) top[k] = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvttps_epi32(p[k]), 9), fin[k]);
+    const __m256i d = _mm256_packus_epi16(_mm256_packus_epi32(top[0], top[1]), _mm256_packus_epi32(top[2], top[3]));
+    const __m256i draws = avx2::in_pack_order(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
+    tie_mask = static_cast<uint32_t>(_mm256_movemask_epi8(avx2::in_element_order(_mm256_cmpeq_epi8(d, draws))));
+    const __m256i zero = _mm256_cmpeq_epi8(_mm256_subs_epu8(d, draws), _mm256_setzero_si256());  // u >= d
+    trits = _mm256_andnot_si256(zero, code);
+  } else {
+    tie_mask = 0;
+    __m256i on[4];
+    for (int k = 0; k < 4; ++k) {
+      on[k] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(p[k], _mm256_set1_ps(0.5f), _CMP_GE_OQ)), fin[k]);
+    }
+    trits = _mm256_and_si256(avx2::pack_signed_interleaved(on[0], on[1], on[2], on[3]), code);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), avx2::in_element_order(trits));
 }
 
+// The trits of x[0, n), elements at .. at + n - 1 of the span; the elements whose draw waits for a
+// fine byte are appended to ties[count..].
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint16_t* u, uint8_t* t, uint64_t n, float s) {
+GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t, uint64_t n, float s,
+                                   const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
   const TritScale c = trit_scale<kStochastic>(s);
   uint64_t i = 0;
   if (c.vector) {
-    for (; i + 32 <= n; i += 32) trits32_avx2<kStochastic>(x + i, u + i, c, t + i);
+    for (; i + 32 <= n; i += 32) {
+      uint32_t tie_mask;
+      trits32_avx2<kStochastic>(x + i, u + i, c, t + i, tie_mask);
+      if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
+    }
   }
-  trit_run<kStochastic>(x + i, u + i, t + i, n - i, s);  // the last (n mod 32), or all
+  trit_run<kStochastic>(x + i, u + i, t + i, n - i, s, fine, at + i);  // the last (n mod 32), or all
 }
 
 // The 32 base3 bytes of the 160 trits at t, unrolled: four instructions a byte.
@@ -417,60 +461,63 @@ GCZ_CPU_INLINE void pack_base3_160(const uint8_t* t, uint8_t* out) {
 }
 
 // One step of 32 trits at element i of a span whose pieces hold whole steps: g is the step's scale,
-// `left` the elements left in its piece, c its constants.
+// `left` the elements left in its piece, c its constants; ties as for trit_run_avx2.
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t& g, uint64_t& left, TritScale& c) {
+GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t& g, uint64_t& left, TritScale& c,
+                               uint64_t& ties) {
   if (left == 0) {
     c = trit_scale<kStochastic>(j.scales[++g]);
     left = j.piece;
   }
   left -= 32;
   if (c.vector) {
-    trits32_avx2<kStochastic>(j.x + i, j.u + i, c, j.scratch + i);
+    uint32_t tie_mask;
+    trits32_avx2<kStochastic>(j.x + i, j.u + i, c, j.scratch + i, tie_mask);
+    if constexpr (kStochastic) note_ties(tie_mask, i, j.ties, ties);
   } else {
-    trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, 32, j.scales[g]);
+    trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, 32, j.scales[g], j.fine, i);
   }
 }
 
 // When every scale's piece holds whole steps of 32 (a tensor scale, a group that holds the span, or
 // a group size that is a multiple of 32), base3 packing runs inside the trit loop, one round of five
 // steps (160 trits, 32 bytes) behind it: its scalar multiplies then overlap the vector work, and
-// reading bytes not long stored does not stall on store forwarding.
+// reading bytes not long stored does not stall on store forwarding. Returns the ties noted.
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trit_pack_run_avx2(const TernGradEncodeSpan& span) {
+GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
   const TernGradEncodeSpan j = span;  // a copy: the byte stores cannot alias its fields
-  uint64_t g = 0, left = j.piece;
+  uint64_t g = 0, left = j.piece, ties = 0;
   TritScale c = trit_scale<kStochastic>(j.scales[0]);
   uint64_t i = 0;
   for (; i + 160 <= j.len; i += 160) {
-    for (uint64_t k = 0; k < 160; k += 32) trit_step<kStochastic>(j, i + k, g, left, c);
+    for (uint64_t k = 0; k < 160; k += 32) trit_step<kStochastic>(j, i + k, g, left, c, ties);
     if (i > 0) pack_base3_160(j.scratch + i - 160, j.out + (i - 160) / 5);
   }
-  for (; i + 32 <= j.len; i += 32) trit_step<kStochastic>(j, i, g, left, c);
+  for (; i + 32 <= j.len; i += 32) trit_step<kStochastic>(j, i, g, left, c, ties);
   if (left == 0 && i < j.len) ++g;
-  trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, j.len - i, j.scales[g]);  // the last (len mod 32)
+  trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, j.len - i, j.scales[g], j.fine, i);  // the last (len mod 32)
   const uint64_t packed = j.len >= 160 ? (j.len / 160 - 1) * 32 : 0;  // bytes written to out
   pack(true, j.scratch + 5 * packed, j.len - 5 * packed, j.out + packed);
+  return ties;
 }
 
+// The trits, packed, then the ties settled in the packed bytes.
 __attribute__((target("avx2"))) void encode_avx2(const TernGradEncodeSpan& j) {
+  uint64_t ties = 0;
   if (j.base3 && (j.piece >= j.len || j.piece % 32 == 0)) {
-    if (j.stochastic) {
-      trit_pack_run_avx2<true>(j);
-    } else {
-      trit_pack_run_avx2<false>(j);
+    ties = j.stochastic ? trit_pack_run_avx2<true>(j) : trit_pack_run_avx2<false>(j);
+  } else {
+    for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.piece) {
+      const uint64_t n = std::min(j.piece, j.len - a);
+      if (j.stochastic) {
+        trit_run_avx2<true>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g], j.fine, a, j.ties, ties);
+      } else {
+        trit_run_avx2<false>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g], j.fine, a, j.ties, ties);
+      }
     }
-    return;
+    pack(j.base3, j.scratch, j.len, j.out);
   }
-  for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.piece) {
-    const uint64_t n = std::min(j.piece, j.len - a);
-    if (j.stochastic) {
-      trit_run_avx2<true>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g]);
-    } else {
-      trit_run_avx2<false>(j.x + a, j.u + a, j.scratch + a, n, j.scales[g]);
-    }
-  }
-  pack(j.base3, j.scratch, j.len, j.out);
+  settle_ties(j, ties);
 }
 __attribute__((target("avx2"))) bool decode_avx2(const TernGradDecodeSpan& j) { return decode_span(j); }
 #endif

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "codecs/quant_uniforms.h"
 #include "gcz/detail/quant_reduce.h"
 
 namespace gcz::detail {
@@ -44,13 +45,15 @@ void terngrad_group_scales(const float* x, uint64_t n, uint64_t group, double cl
 
 struct TernGradEncodeSpan {
   const float* x;       // len float32 values
-  const uint16_t* u;    // len 16-bit draws (stochastic rounding: Rng::draw16), or any len readable values
+  const uint8_t* u;     // len coarse draw bytes (stochastic rounding: Rng::coarse8), or any len readable bytes
+  FineDraws fine;       // the fine draw bytes, for the draws the coarse byte does not settle
   uint64_t len;         // a multiple of the trits per byte except at the end of the tensor
   uint64_t piece;       // elements per scale (the group, or len for a tensor scale)
   const float* scales;  // ceil(len / piece) scales
   bool stochastic;
   bool base3;
   uint8_t* scratch;     // len + 5 bytes
+  uint32_t* ties;       // scratch: len words (note_ties: the elements whose draw waits for a fine byte)
   uint8_t* out;         // ceil(len / 5) or ceil(len / 4) bytes
 };
 void terngrad_encode_span(const TernGradEncodeSpan& job);

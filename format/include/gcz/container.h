@@ -31,7 +31,7 @@
 namespace gcz {
 
 inline constexpr uint16_t kFormatVersionMajor = 1;
-inline constexpr uint16_t kFormatVersionMinor = 1;
+inline constexpr uint16_t kFormatVersionMinor = 2;
 inline constexpr uint64_t kStreamAlignment = 64;
 inline constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 20;
 inline constexpr std::size_t kMaxNameBytes = 4096;

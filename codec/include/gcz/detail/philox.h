@@ -5,6 +5,7 @@
 //   gcz::detail::Rng rng(seed, gcz::tensor_key(name), gcz::detail::kStreamQsgdRounding);
 //   float u = rng.uniform(i);          // element i's rounding uniform in (0, 1), 16 random bits
 //   bool up = rng.bernoulli(i, p);     // u <= p: true with probability p, to within 2^-17
+//   int c = coarse_bernoulli(rng.coarse8(i), bernoulli_threshold(p));  // the same, -1: see fine8
 #pragma once
 
 #include <cstdint>
@@ -50,34 +51,56 @@ inline constexpr uint32_t kStreamRandomK = 3;
 inline constexpr uint32_t kStreamPowerSgdInit = 4;
 
 // The draws of one (seed, tensor, purpose): key = seed XOR tensor_key split into 32-bit halves (low
-// first), counter = (low 32 bits of i / 4, high 32 bits of i / 4, purpose, 0); 32-bit draw i is word
-// i mod 4. 16-bit draw i is the low (i even) or high (i odd) half of 32-bit draw i / 2, so that one
-// Philox block serves eight stochastic roundings.
+// first), counter = (low 32 bits of b, high 32 bits of b, purpose, sub) for block b of sub-stream sub.
+// 32-bit draw i is word i mod 4 of block i / 4 of sub-stream 0. The 16-bit draw of element i, which
+// stochastic rounding compares with, is 256 coarse8(i) + fine8(i): two bytes, byte i mod 16 of block
+// i / 16 of sub-stream 0 (coarse) and of sub-stream 1 (fine), bytes taken little-endian from the
+// block's words. The coarse byte alone settles a Bernoulli draw unless it ties with p's own top byte
+// (coarse_bernoulli), which happens for one element in 256; so a vectorized encoder makes one Philox
+// block per 16 elements and the rare fine byte on demand, and every 16-bit draw is still uniform.
 class Rng {
  public:
   GCZ_HD Rng(uint64_t seed, uint64_t tensor_key, uint32_t purpose)
       : k0_(static_cast<uint32_t>(seed ^ tensor_key)), k1_(static_cast<uint32_t>((seed ^ tensor_key) >> 32)),
         purpose_(purpose) {}
 
-  // The four 32-bit draws 4b .. 4b + 3.
-  GCZ_HD Philox4x32 block(uint64_t b) const {
-    return philox4x32_10(static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), purpose_, 0u, k0_, k1_);
+  // The four 32-bit words of block b of sub-stream `sub`.
+  GCZ_HD Philox4x32 block(uint64_t b, uint32_t sub = 0) const {
+    return philox4x32_10(static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), purpose_, sub, k0_, k1_);
   }
   GCZ_HD uint32_t bits(uint64_t i) const { return block(i >> 2).v[i & 3]; }
 
-  GCZ_HD uint16_t draw16(uint64_t i) const { return static_cast<uint16_t>(bits(i >> 1) >> (16 * (i & 1))); }
+  // Byte i mod 16 of block i / 16 of sub-stream `sub` (byte k of a block is byte k mod 4 of word k / 4).
+  GCZ_HD uint32_t byte(uint64_t i, uint32_t sub) const {
+    return (block(i >> 4, sub).v[(i >> 2) & 3] >> (8 * (i & 3))) & 0xFFu;
+  }
+  GCZ_HD uint32_t coarse8(uint64_t i) const { return byte(i, 0); }
+  GCZ_HD uint32_t fine8(uint64_t i) const { return byte(i, 1); }
+  GCZ_HD uint16_t draw16(uint64_t i) const { return static_cast<uint16_t>((coarse8(i) << 8) | fine8(i)); }
 
   // (k + 1/2) * 2^-16, the midpoint of k's 1/65536-wide cell of [0, 1): exact in float32.
   static GCZ_HD float to_uniform(uint16_t k) { return (static_cast<float>(k) + 0.5f) * (1.0f / 65536.0f); }
   GCZ_HD float uniform(uint64_t i) const { return to_uniform(draw16(i)); }
   // uniform(i) <= p, compared in float32: true for floor(65536 p + 1/2) of the 65536 values of
   // draw16(i) (p in [0, 1]), so with probability within 2^-17 of p; exactly 0 for p = 0 and 1 for
-  // p = 1. Equivalently 2 draw16(i) < floor(2^17 p), which vector code computes with a truncating
-  // conversion (2^17 p is exact in float32).
+  // p = 1. Equivalently 2 draw16(i) < bernoulli_threshold(p), the form vector code computes.
   GCZ_HD bool bernoulli(uint64_t i, float p) const { return uniform(i) <= p; }
 
  private:
   uint32_t k0_, k1_, purpose_;
 };
+
+// floor(2^17 p) for p in [0, 1], exact (2^17 p is a float32; truncation is the floor): Rng::bernoulli
+// is 2 draw16 < bernoulli_threshold(p), because (d + 1/2) 2^-16 <= p is 2 d + 1 <= 2^17 p.
+GCZ_HD uint32_t bernoulli_threshold(float p) { return static_cast<uint32_t>(p * 131072.0f); }
+
+// That Bernoulli draw from the coarse byte c of a draw 256 c + f alone: 1 or 0 when c differs from
+// t = F >> 9 (2 draw16 lies in [512 c, 512 c + 510], entirely below or at/above F), -1 when c = t and
+// the fine byte decides: bernoulli_fine(c, f, F).
+GCZ_HD int coarse_bernoulli(uint32_t c, uint32_t threshold) {
+  const uint32_t t = threshold >> 9;
+  return c < t ? 1 : (c > t ? 0 : -1);
+}
+GCZ_HD bool bernoulli_fine(uint32_t c, uint32_t f, uint32_t threshold) { return 2 * ((c << 8) | f) < threshold; }
 
 }  // namespace gcz::detail

@@ -14,6 +14,7 @@
 
 #include "gcz/detail/float_bits.h"
 #include "gcz/detail/hd.h"
+#include "gcz/detail/philox.h"
 
 namespace gcz::detail::qsgd {
 
@@ -65,18 +66,38 @@ GCZ_HD float step(float scale, int s) { return scale / static_cast<float>(s); }
 // level s exactly), r = 0 for a non-finite x; l = floor(r); level = l + (u <= r - l) when stochastic,
 // l + (r - l >= 0.5) when not. The sign bit is set only for x < 0 with level > 0, so zeros have one
 // code.
-template <int B, bool kStochastic>
-GCZ_HD uint32_t quantize(float x, float inv, float s, float scale, float u) {
+struct LevelFrac {
+  uint32_t l;  // floor(r)
+  float frac;  // r - l, exact
+};
+GCZ_HD LevelFrac level_frac(float x, float inv, float s, float scale) {
   const float a = finite_abs(x);
   float r = a * inv;
   r = r < s ? r : s;
   r = (a >= scale && scale > 0.0f) ? s : r;
   const uint32_t l = static_cast<uint32_t>(static_cast<int32_t>(r));
-  const float frac = r - static_cast<float>(static_cast<int32_t>(l));
-  const uint32_t up = kStochastic ? (u <= frac ? 1u : 0u) : (frac >= 0.5f ? 1u : 0u);
-  const uint32_t level = l + up;
+  return {l, r - static_cast<float>(static_cast<int32_t>(l))};
+}
+template <int B>
+GCZ_HD uint32_t code_of(uint32_t level, float x) {
   const uint32_t neg = (bit_cast<uint32_t>(x) >> 31) & (level != 0 ? 1u : 0u);
   return level | (neg << (B - 1));
+}
+template <int B, bool kStochastic>
+GCZ_HD uint32_t quantize(float x, float inv, float s, float scale, float u) {
+  const LevelFrac lf = level_frac(x, inv, s, scale);
+  const uint32_t up = kStochastic ? (u <= lf.frac ? 1u : 0u) : (lf.frac >= 0.5f ? 1u : 0u);
+  return code_of<B>(lf.l + up, x);
+}
+// quantize<B, true> with u = Rng::to_uniform(256 coarse + fine), from the coarse byte and, only when
+// it does not settle the rounding (one element in 256), fine(), which returns the fine byte.
+template <int B, typename Fine>
+GCZ_HD uint32_t quantize_drawn(float x, float inv, float s, float scale, uint32_t coarse, const Fine& fine) {
+  const LevelFrac lf = level_frac(x, inv, s, scale);
+  const uint32_t threshold = bernoulli_threshold(lf.frac);
+  int up = coarse_bernoulli(coarse, threshold);
+  if (up < 0) up = bernoulli_fine(coarse, fine(), threshold) ? 1 : 0;
+  return code_of<B>(lf.l + static_cast<uint32_t>(up), x);
 }
 
 // x̂ = ±(level * step) in float32, and ±scale exactly for level s; the sign bit flips the sign (a

@@ -13,6 +13,7 @@
 
 #include "gcz/detail/float_bits.h"
 #include "gcz/detail/hd.h"
+#include "gcz/detail/philox.h"
 
 namespace gcz::detail::terngrad {
 
@@ -46,14 +47,27 @@ GCZ_HD float scale_from_stats(float max_abs, double sigma, double clip) {
 // The trit of x: a = min(|x|, s) (the clip; 0 for a non-finite x); p = a * inv with inv = 1 / s, but
 // p = 1 for a = s > 0 (an element at the clip is always ±s, so constants decode exactly); nonzero when
 // u <= p (stochastic) or p >= 0.5 (deterministic); the sign is x's.
+GCZ_HD float trit_p(float y, float s, float inv) {
+  float a = bit_cast<float>(bit_cast<uint32_t>(y) & 0x7FFFFFFFu);
+  a = a < s ? a : s;
+  return a < s ? a * inv : (s > 0.0f ? 1.0f : 0.0f);
+}
 template <bool kStochastic>
 GCZ_HD uint32_t trit(float x, float s, float inv, float u) {
   const float y = finite_or_zero(x);
-  float a = bit_cast<float>(bit_cast<uint32_t>(y) & 0x7FFFFFFFu);
-  a = a < s ? a : s;
-  const float p = a < s ? a * inv : (s > 0.0f ? 1.0f : 0.0f);
+  const float p = trit_p(y, s, inv);
   const bool on = kStochastic ? u <= p : p >= 0.5f;
   return on ? (y < 0.0f ? kMinus : kPlus) : kZero;
+}
+// trit<true> with u = Rng::to_uniform(256 coarse + fine), from the coarse byte and, only when it does
+// not settle the draw (one element in 256), fine(), which returns the fine byte.
+template <typename Fine>
+GCZ_HD uint32_t trit_drawn(float x, float s, float inv, uint32_t coarse, const Fine& fine) {
+  const float y = finite_or_zero(x);
+  const uint32_t threshold = bernoulli_threshold(trit_p(y, s, inv));
+  int on = coarse_bernoulli(coarse, threshold);
+  if (on < 0) on = bernoulli_fine(coarse, fine(), threshold) ? 1 : 0;
+  return on != 0 ? (y < 0.0f ? kMinus : kPlus) : kZero;
 }
 
 // x̂ for trit t: +s, -s or 0.
