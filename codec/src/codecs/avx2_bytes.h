@@ -35,6 +35,18 @@ GCZ_AVX2_INLINE __m256i in_pack_order(__m256i ordered) {
   return _mm256_permutevar8x32_epi32(ordered, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
 }
 
+// The span loops read their input once, in order, in spans of about 8K elements, and each span's
+// draws come first: the hardware prefetcher alone leaves the start of every span to wait for memory.
+// So each step of 32 elements also prefetches, into L2, the 128 bytes one span (8192 float32 values)
+// ahead, which then arrive while this span is worked on. (Prefetches past the end of the input do not
+// fault.)
+inline constexpr long kPrefetchAhead = 8192;
+GCZ_AVX2_INLINE void prefetch_next_span(const float* x) {
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(x) + sizeof(float) * kPrefetchAhead;  // maybe past the end
+  _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T1);
+  _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T1);
+}
+
 GCZ_AVX2_INLINE int32_t hmax_epi32(__m256i v) {
   __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));

@@ -285,6 +285,7 @@ GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t
   const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    avx2::prefetch_next_span(x + i);
     __m256i xi[4], fx[4];
     for (int k = 0; k < 4; ++k) {
       xi[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8 * k));

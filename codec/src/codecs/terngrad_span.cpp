@@ -412,6 +412,7 @@ GCZ_AVX2_INLINE __m256 p8_avx2(const float* x, const TritScale& c, __m256i& xi, 
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint8_t* u, const TritScale& c, uint8_t* t,
                                   uint32_t& tie_mask) {
+  avx2::prefetch_next_span(x);
   __m256i xi[4], fin[4];
   __m256 p[4];
   for (int k = 0; k < 4; ++k) p[k] = p8_avx2(x + 8 * k, c, xi[k], fin[k]);
