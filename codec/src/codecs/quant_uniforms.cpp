@@ -92,16 +92,15 @@ __attribute__((target("avx2"))) void make_keys8(uint32_t k0, uint32_t k1, uint32
   keys.round0_c2k = _mm256_set1_epi32(static_cast<int>(sub ^ k1));
 }
 
-// Blocks b .. b + kBlocksPerCall - 1 (kGather: blocks b[0 .. kBlocksPerCall - 1]) -> their words at w,
-// block by block.
-template <bool kGather>
+// Blocks b .. b + 4 kN - 1 (kGather: blocks b[0 .. 4 kN - 1]) -> their words at w, block by block.
+template <bool kGather, int kN = kSets>
 __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blocks, const Keys8& keys, void* w) {
   const __m256i m0 = _mm256_set1_epi64x(kM0), m1 = _mm256_set1_epi64x(kM1);
   const __m256i order = _mm256_set_epi64x(3, 1, 2, 0);
-  __m256i c0[kSets], c1[kSets], c2[kSets], c3[kSets];
+  __m256i c0[kN], c1[kN], c2[kN], c3[kN];
   // Round 0: c2 = purpose and c3 = 0 for every block, so purpose * M1 is a constant.
 #pragma GCC unroll 8
-  for (int s = 0; s < kSets; ++s) {
+  for (int s = 0; s < kN; ++s) {
     const __m256i ctr =
         kGather ? _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks + 4 * s)),
                                            _MM_SHUFFLE(3, 1, 2, 0))
@@ -113,7 +112,7 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blo
   }
   // Round 1: c1 is round 0's constant lo(purpose * M1).
 #pragma GCC unroll 8
-  for (int s = 0; s < kSets; ++s) {
+  for (int s = 0; s < kN; ++s) {
     const __m256i p0 = _mm256_mul_epu32(c0[s], m0);
     const __m256i p1 = _mm256_mul_epu32(c2[s], m1);
     c0[s] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), keys.round1_c1k);
@@ -124,7 +123,7 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blo
 #pragma GCC unroll 10
   for (int round = 2; round < 9; ++round) {
 #pragma GCC unroll 8
-    for (int s = 0; s < kSets; ++s) {
+    for (int s = 0; s < kN; ++s) {
       const __m256i p0 = _mm256_mul_epu32(c0[s], m0);
       const __m256i p1 = _mm256_mul_epu32(c2[s], m1);
       c0[s] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), _mm256_xor_si256(c1[s], keys.k0[round]));
@@ -138,7 +137,7 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blo
   // two blocks puts each block's words in order c0, c1, c2, c3.
   auto* out = static_cast<__m256i*>(w);
 #pragma GCC unroll 8
-  for (int s = 0; s < kSets; ++s) {
+  for (int s = 0; s < kN; ++s) {
     const __m256i p0 = _mm256_mul_epu32(c0[s], m0);
     const __m256i p1 = _mm256_mul_epu32(c2[s], m1);
     const __m256 w10 = _mm256_castsi256_ps(
@@ -221,22 +220,34 @@ void fill_coarse8(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t
   fill_draws(seed, tensor_key, purpose, first, n, d, touch);
 }
 
+#if defined(__x86_64__)
+namespace {
+// f[q] = the fine bytes of elements first + k[q], q < count <= 4 kN, from one call of kN sets (the
+// blocks past count repeat the last element's).
+template <int kN>
+__attribute__((target("avx2"))) void gather_call(const Keys8& keys, uint64_t first, const uint64_t* k, uint64_t count,
+                                                 uint8_t* f) {
+  uint64_t blocks[4 * kN];
+  for (uint64_t q = 0; q < 4 * kN; ++q) blocks[q] = (first + k[std::min<uint64_t>(q, count - 1)]) >> 4;
+  alignas(32) uint8_t bytes[64 * kN];
+  blocks_avx2<true, kN>(0, blocks, keys, bytes);
+  for (uint64_t q = 0; q < count; ++q) f[q] = bytes[16 * q + ((first + k[q]) & 15)];  // little-endian words
+}
+}  // namespace
+#endif
+
 void FineDraws::gather(const uint64_t* k, uint64_t n, uint8_t* f) const {
   const Rng rng(seed, tensor_key, purpose);
   uint64_t j = 0;
 #if defined(__x86_64__)
-  if (cpu_has_avx2() && n >= kBlocksPerCall / 2) {
+  if (cpu_has_avx2() && n >= 4) {
     Keys8 keys;
     make_keys8(static_cast<uint32_t>(seed ^ tensor_key), static_cast<uint32_t>((seed ^ tensor_key) >> 32), purpose, 1,
                keys);
-    for (; j < n; j += kBlocksPerCall) {  // the last call's blocks past n repeat element k[n - 1]
-      uint64_t blocks[kBlocksPerCall];
-      for (uint64_t q = 0; q < kBlocksPerCall; ++q) blocks[q] = (first + k[std::min(j + q, n - 1)]) >> 4;
-      alignas(32) uint8_t bytes[16 * kBlocksPerCall];
-      blocks_avx2<true>(0, blocks, keys, bytes);
-      for (uint64_t q = 0; q < kBlocksPerCall && j + q < n; ++q) f[j + q] = bytes[16 * q + ((first + k[j + q]) & 15)];
+    for (; n - j >= kBlocksPerCall; j += kBlocksPerCall) gather_call<kSets>(keys, first, k + j, kBlocksPerCall, f + j);
+    for (; n - j >= 4; j += std::min<uint64_t>(8, n - j)) {  // the rest, eight blocks a call
+      gather_call<2>(keys, first, k + j, std::min<uint64_t>(8, n - j), f + j);
     }
-    return;
   }
 #endif
   for (; j < n; ++j) f[j] = static_cast<uint8_t>(rng.fine8(first + k[j]));
