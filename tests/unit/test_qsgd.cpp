@@ -284,35 +284,43 @@ TEST(Qsgd, InstructionSetDoesNotChangeTheBytes) {
 
 // Values made so that every rounding ties with its coarse draw byte (floor(2^17 frac) >> 9 equals
 // Rng::coarse8(i), and the fine byte decides): the vector loops note each one and settle it with the
-// whole 16-bit draw, so the codes are still those of the documented draws, on either instruction set.
+// whole 16-bit draw, so the codes are still those of the documented draws, on either instruction set,
+// for 8-bit codes and for 4-bit codes (packed as the loop goes), with a short last group.
 TEST(Qsgd, RoundingsTheCoarseByteCannotSettle) {
   const uint64_t n = 4099, seed = 2024, key = 99;
   const detail::Rng rng(seed, key, detail::kStreamQsgdRounding);
-  std::vector<float> x(n);
-  x[0] = 127.0f;  // the group's scale, so that inv = 1 and r = |x|
-  for (uint64_t i = 1; i < n; ++i) {
-    const uint32_t threshold = 512 * rng.coarse8(i) + 1 + static_cast<uint32_t>(i % 510);
-    const float r = static_cast<float>(i % 127) + static_cast<float>(threshold) * 0x1p-17f;  // exact
-    x[i] = i % 3 == 0 ? -r : r;
+  for (const int bits : {8, 4}) {
+    const uint32_t s = (1u << (bits - 1)) - 1;
+    std::vector<float> x(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t threshold = 512 * rng.coarse8(i) + 1 + static_cast<uint32_t>(i % 510);
+      const float r = static_cast<float>(i % s) + static_cast<float>(threshold) * 0x1p-17f;  // exact
+      x[i] = i % 3 == 0 ? -r : r;
+    }
+    x[0] = x[4096] = static_cast<float>(s);  // each group's scale, so that inv = 1 and r = |x|
+    std::vector<uint8_t> want(n);
+    uint32_t up = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      const float r = std::fabs(x[i]), l = std::floor(r);
+      const uint32_t level = static_cast<uint32_t>(l) + (rng.bernoulli(i, r - l) ? 1 : 0);
+      up += level > static_cast<uint32_t>(l) ? 1 : 0;
+      want[i] = static_cast<uint8_t>(level | ((x[i] < 0 && level > 0) ? 1u << (bits - 1) : 0u));
+    }
+    EXPECT_GT(up, n / 8);  // the fine bytes round some up and some down
+    EXPECT_LT(up, n - n / 8);
+    for (const int avx2 : {1, 0}) {
+      detail::allow_avx2_for_testing(avx2 == 1);
+      auto c = make("qsgd:group=4096,bits=" + std::to_string(bits), seed, key);
+      const Encoded e = encode(*c, f32(n), x.data(), 0, n);
+      ASSERT_EQ(e.codes.size(), (n * bits + 7) / 8);
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint32_t code = bits == 8 ? static_cast<uint8_t>(e.codes[i])
+                                        : (static_cast<uint8_t>(e.codes[i / 2]) >> (4 * (i % 2))) & 0xFu;
+        ASSERT_EQ(code, want[i]) << bits << " " << avx2 << " " << i;
+      }
+    }
+    detail::allow_avx2_for_testing(true);
   }
-  std::vector<uint8_t> want(n);
-  uint32_t up = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const float r = std::fabs(x[i]), l = std::floor(r);
-    const uint32_t level = static_cast<uint32_t>(l) + (rng.bernoulli(i, r - l) ? 1 : 0);
-    up += level > static_cast<uint32_t>(l) ? 1 : 0;
-    want[i] = static_cast<uint8_t>(level | ((x[i] < 0 && level > 0) ? 0x80u : 0u));
-  }
-  EXPECT_GT(up, n / 8);  // the fine bytes round some up and some down
-  EXPECT_LT(up, n - n / 8);
-  for (const int avx2 : {1, 0}) {
-    detail::allow_avx2_for_testing(avx2 == 1);
-    auto c = make("qsgd:bits=8,group=4099", seed, key);
-    const Encoded e = encode(*c, f32(n), x.data(), 0, n);
-    ASSERT_EQ(e.codes.size(), n);
-    for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<uint8_t>(e.codes[i]), want[i]) << avx2 << " " << i;
-  }
-  detail::allow_avx2_for_testing(true);
 }
 
 TEST(Qsgd, SeedAndTensorKeyChooseTheDraws) {
