@@ -282,6 +282,32 @@ TEST(Qsgd, InstructionSetDoesNotChangeTheBytes) {
   }
 }
 
+// The shared math's quantize_drawn is quantize<B, true> with the uniform of 256 coarse + fine, and
+// asks for the fine byte only when the coarse byte ties with the threshold's top byte.
+TEST(Qsgd, QuantizeDrawnIsQuantizeWithTheWholeDraw) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> mag(0.0f, 1.0f);
+  const float scale = 0.75f, s = 127.0f, inv = detail::qsgd::inverse_step(scale, 127);
+  uint32_t asked = 0, cases = 0;
+  for (int k = 0; k < 20000; ++k) {
+    const float x = (k % 2 ? -1.0f : 1.0f) * mag(rng) * (k % 7 == 0 ? 2.0f : 0.8f);
+    const uint32_t coarse = rng() & 0xFF, fine = rng() & 0xFF;
+    bool called = false;
+    const uint32_t got = detail::qsgd::quantize_drawn<8>(x, inv, s, scale, coarse, [&] {
+      called = true;
+      return fine;
+    });
+    const float u = detail::Rng::to_uniform(static_cast<uint16_t>(256 * coarse + fine));
+    ASSERT_EQ(got, (detail::qsgd::quantize<8, true>(x, inv, s, scale, u))) << x << " " << coarse << " " << fine;
+    const detail::qsgd::LevelFrac lf = detail::qsgd::level_frac(x, inv, s, scale);
+    ASSERT_EQ(called, coarse == detail::bernoulli_threshold(lf.frac) >> 9) << x << " " << coarse;
+    asked += called ? 1 : 0;
+    ++cases;
+  }
+  EXPECT_GT(asked, 0u);
+  EXPECT_LT(asked, cases / 50);  // about one in 256
+}
+
 // Values made so that every rounding ties with its coarse draw byte (floor(2^17 frac) >> 9 equals
 // Rng::coarse8(i), and the fine byte decides): the vector loops note each one and settle it with the
 // whole 16-bit draw, so the codes are still those of the documented draws, on either instruction set,

@@ -15,6 +15,7 @@
 #include "gcz/codec_spec.h"
 #include "gcz/convert.h"
 #include "gcz/detail/philox.h"
+#include "gcz/detail/terngrad_math.h"
 #include "gcz/pipeline.h"
 #include "gcz/tensor_io.h"
 
@@ -161,6 +162,31 @@ TEST(TernGrad, StochasticRoundingUsesTheDocumentedDraws) {
       ASSERT_EQ(y[i], on ? std::copysign(s, x[first + i]) : 0.0f) << first + i;
     }
   }
+}
+
+// The shared math's trit_drawn is trit<true> with the uniform of 256 coarse + fine, and asks for the
+// fine byte only when the coarse byte ties with the threshold's top byte.
+TEST(TernGrad, TritDrawnIsTritWithTheWholeDraw) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> mag(0.0f, 1.2f);
+  const float s = 0.9f, inv = 1.0f / s;
+  const float special[] = {0.0f, -0.0f, s, -s, 2.0f, std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), 1e-42f};
+  uint32_t asked = 0;
+  for (int k = 0; k < 20000; ++k) {
+    const float x = k < 8 ? special[k] : (k % 2 ? -1.0f : 1.0f) * mag(rng);
+    const uint32_t coarse = k < 8 ? 0 : rng() & 0xFF, fine = rng() & 0xFF;
+    bool called = false;
+    const uint32_t got = detail::terngrad::trit_drawn(x, s, inv, coarse, [&] {
+      called = true;
+      return fine;
+    });
+    const float u = detail::Rng::to_uniform(static_cast<uint16_t>(256 * coarse + fine));
+    ASSERT_EQ(got, detail::terngrad::trit<true>(x, s, inv, u)) << x << " " << coarse << " " << fine;
+    asked += called ? 1 : 0;
+  }
+  EXPECT_GT(asked, 0u);
+  EXPECT_LT(asked, 20000u / 50);  // about one in 256
 }
 
 // Values made so that every draw ties with its coarse byte (floor(2^17 p) >> 9 equals Rng::coarse8(i),

@@ -95,8 +95,8 @@ class Rng {
 GCZ_HD uint32_t bernoulli_threshold(float p) { return static_cast<uint32_t>(p * 131072.0f); }
 
 // That Bernoulli draw from the coarse byte c of a draw 256 c + f alone: 1 or 0 when c differs from
-// t = F >> 9 (2 draw16 lies in [512 c, 512 c + 510], entirely below or at/above F), -1 when c = t and
-// the fine byte decides: bernoulli_fine(c, f, F).
+// t = threshold >> 9 (2 draw16 lies in [512 c, 512 c + 510], wholly below the threshold or wholly at or
+// above it), -1 when c = t and the fine byte decides: bernoulli_fine(c, f, threshold).
 GCZ_HD int coarse_bernoulli(uint32_t c, uint32_t threshold) {
   const uint32_t t = threshold >> 9;
   return c < t ? 1 : (c > t ? 0 : -1);
