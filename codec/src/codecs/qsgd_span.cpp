@@ -272,7 +272,7 @@ GCZ_AVX2_INLINE __m256i levels32_avx2(const __m256i* fx, const uint8_t* u, uint3
 }
 
 // The codes of group x[0, n) (elements at .. at + n - 1 of the span) with stored scale `scale_value`;
-// the elements whose rounding waits for a fine byte are appended to ties[count..]. For a scale so
+// the elements whose rounding waits for a fine byte are noted in ties (note_ties). For a scale so
 // small that 2^17 inv overflows (below about s * 2^-111) the scalar loop does the whole group.
 template <int B, bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t* c, uint64_t n, float scale_value,

@@ -35,13 +35,13 @@ inline void mulhilo4(__m128i a, __m128i m, __m128i& hi, __m128i& lo) {
   lo = _mm_or_si128(_mm_and_si128(even, low_mask), _mm_slli_epi64(odd, 32));
 }
 
-// Blocks b[0 .. 3] of sub-stream `sub` -> their 16 32-bit words at w, block by block.
-void blocks4(const uint64_t* b, uint32_t sub, uint32_t k0, uint32_t k1, uint32_t purpose, void* w) {
-  __m128i c0 = _mm_set_epi32(static_cast<int>(b[3]), static_cast<int>(b[2]), static_cast<int>(b[1]),
-                             static_cast<int>(b[0]));
-  __m128i c1 = _mm_set_epi32(static_cast<int>(b[3] >> 32), static_cast<int>(b[2] >> 32),
-                             static_cast<int>(b[1] >> 32), static_cast<int>(b[0] >> 32));
-  __m128i c2 = _mm_set1_epi32(static_cast<int>(purpose)), c3 = _mm_set1_epi32(static_cast<int>(sub));
+// Blocks b .. b + 3 of sub-stream 0 -> their 16 32-bit words at w.
+void blocks4(uint64_t b, uint32_t k0, uint32_t k1, uint32_t purpose, void* w) {
+  __m128i c0 = _mm_set_epi32(static_cast<int>(b + 3), static_cast<int>(b + 2), static_cast<int>(b + 1),
+                             static_cast<int>(b));
+  __m128i c1 = _mm_set_epi32(static_cast<int>((b + 3) >> 32), static_cast<int>((b + 2) >> 32),
+                             static_cast<int>((b + 1) >> 32), static_cast<int>(b >> 32));
+  __m128i c2 = _mm_set1_epi32(static_cast<int>(purpose)), c3 = _mm_setzero_si128();
   const __m128i m0 = _mm_set1_epi32(static_cast<int>(kM0)), m1 = _mm_set1_epi32(static_cast<int>(kM1));
   for (int round = 0; round < 10; ++round) {
     __m128i hi0, lo0, hi1, lo1;
@@ -98,7 +98,7 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blo
   const __m256i m0 = _mm256_set1_epi64x(kM0), m1 = _mm256_set1_epi64x(kM1);
   const __m256i order = _mm256_set_epi64x(3, 1, 2, 0);
   __m256i c0[kN], c1[kN], c2[kN], c3[kN];
-  // Round 0: c2 = purpose and c3 = 0 for every block, so purpose * M1 is a constant.
+  // Round 0: c2 = purpose and c3 = sub for every block, so purpose * M1 is a constant.
 #pragma GCC unroll 8
   for (int s = 0; s < kN; ++s) {
     const __m256i ctr =
@@ -205,10 +205,7 @@ void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t f
       k = n;
     }
   }
-  for (; k + 4 * kPerBlock <= n; k += 4 * kPerBlock) {
-    const uint64_t b = (first + k) / kPerBlock, blocks[4] = {b, b + 1, b + 2, b + 3};
-    blocks4(blocks, 0, k0, k1, purpose, d + k);
-  }
+  for (; k + 4 * kPerBlock <= n; k += 4 * kPerBlock) blocks4((first + k) / kPerBlock, k0, k1, purpose, d + k);
 #endif
   for (; k < n; ++k) d[k] = draw(first + k);
 }

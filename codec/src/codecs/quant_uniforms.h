@@ -22,7 +22,7 @@ void fill_coarse8(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t
 
 // The fine bytes of a span's draws: at(k) = Rng(seed, tensor_key, purpose).fine8(first + k) for the
 // span's element k, one Philox block each (they are needed for about one element in 256); gather
-// makes them for a list of elements, four blocks at a time. (Byte order: little-endian only.)
+// makes them for a list of elements, 24 or 8 blocks per AVX2 call.
 struct FineDraws {
   uint64_t seed, tensor_key;
   uint32_t purpose;

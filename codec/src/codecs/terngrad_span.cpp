@@ -439,7 +439,7 @@ GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint8_t* u, const TritSc
 }
 
 // The trits of x[0, n), elements at .. at + n - 1 of the span; the elements whose draw waits for a
-// fine byte are appended to ties[count..].
+// fine byte are noted in ties (note_ties).
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t, uint64_t n, float s,
                                    const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
