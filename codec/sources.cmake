@@ -5,6 +5,7 @@ target_sources(gcz PRIVATE
   codec/src/codec_plan.cpp
   codec/src/codec_spec.cpp
   codec/src/convert.cpp
+  codec/src/cpu_features.cpp
   codec/src/metrics.cpp
   codec/src/status.cpp
   codec/src/tensor.cpp

@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
+
+#include "cpu_features.h"
+#include "gcz/detail/float_bits.h"
 
 namespace gcz {
 namespace {
@@ -117,6 +122,102 @@ TEST(Metrics, SplitsAndThreadPiecesGiveIdenticalResults) {
     EXPECT_EQ(a.max_abs_error, c.max_abs_error);
     EXPECT_EQ(a.numel, c.numel);
   }
+}
+
+}  // namespace
+}  // namespace gcz
+
+namespace gcz {
+namespace {
+
+// Every field of two Metrics, bit for bit (NaN equal to NaN).
+void expect_same_bits(const Metrics& a, const Metrics& b, const std::string& where) {
+  auto bits = [](double v) {
+    uint64_t u;
+    std::memcpy(&u, &v, 8);
+    return std::isnan(v) ? uint64_t{1} : u;
+  };
+  EXPECT_EQ(bits(a.rel_l2), bits(b.rel_l2)) << where;
+  EXPECT_EQ(bits(a.cosine), bits(b.cosine)) << where;
+  EXPECT_EQ(bits(a.max_abs_error), bits(b.max_abs_error)) << where;
+  EXPECT_EQ(bits(a.snr_db), bits(b.snr_db)) << where;
+  EXPECT_EQ(bits(a.norm_ratio), bits(b.norm_ratio)) << where;
+  EXPECT_EQ(bits(a.mean_error), bits(b.mean_error)) << where;
+  EXPECT_EQ(a.nonfinite, b.nonfinite) << where;
+  EXPECT_EQ(a.numel, b.numel) << where;
+}
+
+// MetricsAccumulator::add on x and x-hat in every dtype (the float32 values rounded to it, or for
+// float64 moved off float32's grid), from
+// element `start` of a tensor, in pieces of `piece` elements, on the portable path and on the x86
+// vector path: the same bits.
+void check_paths_agree(const std::vector<float>& x, const std::vector<float>& y, uint64_t nonfinite) {
+  const uint64_t n = x.size();
+  std::vector<double> xd(n), yd(n);  // float64 values with bits below float32's, so products round
+  for (uint64_t i = 0; i < n; ++i) {
+    xd[i] = static_cast<double>(x[i]) * (1.0 + 0x1p-40 * static_cast<double>(i % 1000));
+    yd[i] = static_cast<double>(y[i]) * (1.0 - 0x1p-41 * static_cast<double>(i % 777));
+  }
+  std::vector<uint16_t> xh(n), yh(n), xb(n), yb(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    xh[i] = detail::f32_to_f16(x[i]);
+    yh[i] = detail::f32_to_f16(y[i]);
+    xb[i] = detail::f32_to_bf16(x[i]);
+    yb[i] = detail::f32_to_bf16(y[i]);
+  }
+  struct Input {
+    DType dtype;
+    const void* x;
+    const void* y;
+  };
+  const Input inputs[] = {{DType::kFloat32, x.data(), y.data()},
+                          {DType::kFloat64, xd.data(), yd.data()},
+                          {DType::kFloat16, xh.data(), yh.data()},
+                          {DType::kBFloat16, xb.data(), yb.data()}};
+  for (const Input& in : inputs) {
+    const std::size_t esize = dtype_size(in.dtype);
+    for (uint64_t start : {uint64_t{0}, uint64_t{1}, uint64_t{3}}) {
+      for (uint64_t piece : {n, uint64_t{4097}, uint64_t{10}}) {
+        Metrics m[2];
+        for (int avx2 = 0; avx2 < 2; ++avx2) {
+          detail::allow_avx2_for_testing(avx2 == 1);
+          MetricsAccumulator acc(start);
+          for (uint64_t a = 0; a < n; a += piece) {
+            acc.add(in.dtype, static_cast<const std::byte*>(in.x) + a * esize,
+                    static_cast<const std::byte*>(in.y) + a * esize, std::min(piece, n - a));
+          }
+          m[avx2] = acc.finish(1, 1);
+        }
+        detail::allow_avx2_for_testing(true);
+        expect_same_bits(m[0], m[1], std::string(dtype_name(in.dtype)) + ", start " + std::to_string(start) +
+                                         ", pieces of " + std::to_string(piece));
+        EXPECT_EQ(m[1].nonfinite, nonfinite) << dtype_name(in.dtype);
+      }
+    }
+  }
+}
+
+// The x86 vector path gives every lane the operations the portable path gives it: the same bits for
+// every dtype, with NaN and Inf in x (counted and left out), an Inf in x-hat, signed zeros, fp16
+// subnormals, any start position and any split into add() calls.
+TEST(Metrics, VectorPathMatchesPortablePathBitForBit) {
+  if (!detail::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: only the portable path runs";
+  const uint64_t n = MetricsAccumulator::kBlock + 1037;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(n), y(n);
+  for (uint64_t i = 0; i < n; ++i) {  // magnitudes 2^-12 .. 2^12: within fp16's range, some subnormal there
+    x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 25) - 12);
+    y[i] = x[i] + 0.01f * normal(rng) * std::fabs(x[i]);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (uint64_t i : {3u, 64u, 65u, 1000u}) x[i] = std::nanf("");
+  for (uint64_t i : {5u, 66u, 2001u}) x[i] = -inf;
+  y[4000] = -0.0f;
+  x[4001] = -0.0f;
+  check_paths_agree(x, y, 7);
+  y[7] = inf;  // a finite element decoded to Inf: the sums it enters are Inf or NaN on both paths
+  check_paths_agree(x, y, 7);
 }
 
 }  // namespace

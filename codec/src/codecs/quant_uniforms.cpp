@@ -8,7 +8,6 @@
 #include "codecs/quant_uniforms.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "gcz/detail/philox.h"
@@ -153,21 +152,6 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blo
 #endif
 
 }  // namespace
-
-namespace {
-std::atomic<bool> g_avx2_allowed{true};
-}  // namespace
-
-bool cpu_has_avx2() {
-#if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has && g_avx2_allowed.load(std::memory_order_relaxed);
-#else
-  return false;
-#endif
-}
-
-void allow_avx2_for_testing(bool allowed) { g_avx2_allowed.store(allowed); }
 
 namespace {
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cpu_features.h"
 #include "gcz/detail/philox.h"
 
 namespace gcz::detail {
@@ -68,11 +69,5 @@ template <typename Settle>
 // d[k] = Rng(seed, tensor_key, purpose).bits(first + k) for k in [0, n): the 32-bit draws (Random-K's
 // keys), from the same kernels.
 void fill_draws32(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, uint32_t* d);
-
-// Whether the quantizers run their AVX2 code paths: the CPU has AVX2 and FMA (which every AVX2 CPU of
-// note has; TernGrad's moments use it for exact subtractions) and tests have not turned it off.
-bool cpu_has_avx2();
-// Tests turn the AVX2 paths off to check that the SSE2 paths write the same bytes.
-void allow_avx2_for_testing(bool allowed);
 
 }  // namespace gcz::detail
