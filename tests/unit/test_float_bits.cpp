@@ -4,6 +4,10 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
+
+#include "cpu_features.h"
+#include "gcz/convert.h"
 
 namespace gcz::detail {
 namespace {
@@ -100,6 +104,45 @@ TEST(FloatBits, FastPathsMatchGenericRounding) {
     ASSERT_EQ(bit_cast<uint32_t>(f16_to_f32(static_cast<uint16_t>(h))),
               static_cast<uint32_t>(widen_float_bits<5, 10, 8, 23>(h)))
         << "f16 bits " << h;
+  }
+}
+
+}  // namespace
+}  // namespace gcz::detail
+
+namespace gcz::detail {
+namespace {
+
+// convert_elements between float32 and float16 on the x86 hardware conversions (F16C) against the
+// portable branch-free code: every float16 pattern widened, and narrowed every float32 pattern whose
+// low 16 bits are one of a set that holds each rounding case (exact, below, at and above the tie,
+// the tie with an odd result, all ones) for every exponent, sign and NaN payload; runs of lengths
+// that leave a scalar tail.
+TEST(FloatBits, HardwareF16ConversionsMatchPortableBitForBit) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2/F16C on this CPU: only the portable conversions run";
+  std::vector<uint16_t> h(0x10000 + 7);
+  for (uint32_t k = 0; k < h.size(); ++k) h[k] = static_cast<uint16_t>(k);
+  const uint32_t lows[] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0x7FFF, 0x8000, 0xFFFF};
+  std::vector<float> f;
+  for (uint32_t hi = 0; hi < 0x10000; ++hi) {
+    for (uint32_t lo : lows) f.push_back(bit_cast<float>((hi << 16) | lo));
+  }
+  f.resize(f.size() + 5, 1.0f);
+  std::vector<float> wide[2];
+  std::vector<uint16_t> narrow[2];
+  for (int hw = 0; hw < 2; ++hw) {
+    allow_avx2_for_testing(hw == 1);
+    wide[hw].resize(h.size());
+    narrow[hw].resize(f.size());
+    convert_elements(DType::kFloat16, h.data(), DType::kFloat32, wide[hw].data(), h.size());
+    convert_elements(DType::kFloat32, f.data(), DType::kFloat16, narrow[hw].data(), f.size());
+  }
+  allow_avx2_for_testing(true);
+  for (std::size_t k = 0; k < h.size(); ++k) {
+    ASSERT_EQ(bit_cast<uint32_t>(wide[0][k]), bit_cast<uint32_t>(wide[1][k])) << "f16 bits " << h[k];
+  }
+  for (std::size_t k = 0; k < f.size(); ++k) {
+    ASSERT_EQ(narrow[0][k], narrow[1][k]) << "float bits " << bit_cast<uint32_t>(f[k]);
   }
 }
 
