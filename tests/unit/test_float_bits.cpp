@@ -113,12 +113,12 @@ TEST(FloatBits, FastPathsMatchGenericRounding) {
 namespace gcz::detail {
 namespace {
 
-// convert_elements between float32 and float16 on the x86 hardware conversions (F16C) against the
-// portable branch-free code: every float16 pattern widened, and narrowed every float32 pattern whose
-// low 16 bits are one of a set that holds each rounding case (exact, below, at and above the tie,
-// the tie with an odd result, all ones) for every exponent, sign and NaN payload; runs of lengths
-// that leave a scalar tail.
-TEST(FloatBits, HardwareF16ConversionsMatchPortableBitForBit) {
+// convert_elements between float32 and float16 (the x86 F16C instructions) and bfloat16 (AVX2
+// integer code) against the portable branch-free code: every 16-bit pattern widened, and narrowed
+// every float32 pattern whose low 16 bits are one of a set that holds each rounding case (exact,
+// below, at and above the tie, the tie with an odd result, all ones) for every exponent, sign and
+// NaN payload; runs of lengths that leave a scalar tail.
+TEST(FloatBits, VectorConversionsMatchPortableBitForBit) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2/F16C on this CPU: only the portable conversions run";
   std::vector<uint16_t> h(0x10000 + 7);
   for (uint32_t k = 0; k < h.size(); ++k) h[k] = static_cast<uint16_t>(k);
@@ -128,21 +128,24 @@ TEST(FloatBits, HardwareF16ConversionsMatchPortableBitForBit) {
     for (uint32_t lo : lows) f.push_back(bit_cast<float>((hi << 16) | lo));
   }
   f.resize(f.size() + 5, 1.0f);
-  std::vector<float> wide[2];
-  std::vector<uint16_t> narrow[2];
-  for (int hw = 0; hw < 2; ++hw) {
-    allow_avx2_for_testing(hw == 1);
-    wide[hw].resize(h.size());
-    narrow[hw].resize(f.size());
-    convert_elements(DType::kFloat16, h.data(), DType::kFloat32, wide[hw].data(), h.size());
-    convert_elements(DType::kFloat32, f.data(), DType::kFloat16, narrow[hw].data(), f.size());
-  }
-  allow_avx2_for_testing(true);
-  for (std::size_t k = 0; k < h.size(); ++k) {
-    ASSERT_EQ(bit_cast<uint32_t>(wide[0][k]), bit_cast<uint32_t>(wide[1][k])) << "f16 bits " << h[k];
-  }
-  for (std::size_t k = 0; k < f.size(); ++k) {
-    ASSERT_EQ(narrow[0][k], narrow[1][k]) << "float bits " << bit_cast<uint32_t>(f[k]);
+  for (DType half : {DType::kFloat16, DType::kBFloat16}) {
+    std::vector<float> wide[2];
+    std::vector<uint16_t> narrow[2];
+    for (int vec = 0; vec < 2; ++vec) {
+      allow_avx2_for_testing(vec == 1);
+      wide[vec].resize(h.size());
+      narrow[vec].resize(f.size());
+      convert_elements(half, h.data(), DType::kFloat32, wide[vec].data(), h.size());
+      convert_elements(DType::kFloat32, f.data(), half, narrow[vec].data(), f.size());
+    }
+    allow_avx2_for_testing(true);
+    for (std::size_t k = 0; k < h.size(); ++k) {
+      ASSERT_EQ(bit_cast<uint32_t>(wide[0][k]), bit_cast<uint32_t>(wide[1][k]))
+          << dtype_name(half) << " bits " << h[k];
+    }
+    for (std::size_t k = 0; k < f.size(); ++k) {
+      ASSERT_EQ(narrow[0][k], narrow[1][k]) << dtype_name(half) << " from float bits " << bit_cast<uint32_t>(f[k]);
+    }
   }
 }
 
