@@ -15,6 +15,12 @@ Status MemorySource::read(uint64_t first, uint64_t count, void* dst) {
   return Status::ok();
 }
 
+const std::byte* MemorySource::view(uint64_t first, uint64_t count) {
+  const std::size_t esize = dtype_size(info_.dtype);
+  const std::byte* p = data_ + first * esize;
+  return count != 0 && reinterpret_cast<uintptr_t>(p) % esize == 0 ? p : nullptr;
+}
+
 Result<ByteBuffer> read_whole(TensorSource& src) {
   GCZ_ASSIGN_OR_RETURN(uint64_t bytes, src.info().byte_size());
   ByteBuffer out(bytes);
@@ -56,14 +62,19 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
     extra.push_back(std::move(c));
   }
   const std::size_t esize = dtype_size(t.dtype);
-  in_.resize(std::min(chunk, numel) * esize);
-  xhat_.resize(in_.size());
+  xhat_.resize(std::min(chunk, numel) * esize);
   const std::size_t nstreams = rec.streams.size();
   std::vector<std::vector<ByteBuffer>> outs(threads, std::vector<ByteBuffer>(nstreams));
   MetricsAccumulator acc;
   for (uint64_t first = 0; first < numel; first += chunk) {
     const uint64_t count = std::min(chunk, numel - first);
-    GCZ_RETURN_IF_ERROR(src.read(first, count, in_.data()));
+    // The chunk in place where the source holds it so (a mapped file, memory), else a copy.
+    const std::byte* x = src.view(first, count);
+    if (x == nullptr) {
+      in_.resize(xhat_.size());
+      GCZ_RETURN_IF_ERROR(src.read(first, count, in_.data()));
+      x = in_.data();
+    }
     // Pieces: inner boundaries at multiples of L, so each thread's output is what one pass would write
     // there. The first piece measures into `acc` directly; the others into their own accumulators.
     std::vector<uint64_t> bounds = {first};
@@ -80,7 +91,7 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
       Codec& c = k == 0 ? codec : *extra[k - 1];
       MetricsAccumulator& a = k == 0 ? acc : accs[k - 1];
       for (ByteBuffer& b : outs[k]) b.clear();
-      status[k] = encode_piece(c, t, first, bounds[k], bounds[k + 1] - bounds[k], extras.reference, outs[k], a);
+      status[k] = encode_piece(c, t, x, first, bounds[k], bounds[k + 1] - bounds[k], extras.reference, outs[k], a);
     };
     std::vector<std::thread> pool;
     for (std::size_t k = 1; k < pieces; ++k) pool.emplace_back(work, k);
@@ -108,11 +119,11 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
   return report;
 }
 
-Status TensorEncoder::encode_piece(Codec& codec, const TensorInfo& t, uint64_t chunk_first, uint64_t first,
-                                   uint64_t count, const std::byte* reference, std::vector<ByteBuffer>& out,
-                                   MetricsAccumulator& acc) {
+Status TensorEncoder::encode_piece(Codec& codec, const TensorInfo& t, const std::byte* chunk, uint64_t chunk_first,
+                                   uint64_t first, uint64_t count, const std::byte* reference,
+                                   std::vector<ByteBuffer>& out, MetricsAccumulator& acc) {
   const std::size_t esize = dtype_size(t.dtype);
-  const std::byte* x = in_.data() + (first - chunk_first) * esize;
+  const std::byte* x = chunk + (first - chunk_first) * esize;
   std::byte* xhat = xhat_.data() + (first - chunk_first) * esize;
   GCZ_RETURN_IF_ERROR(codec.encode(t, x, first, count, out));
   // Decode what was just encoded, to measure what it lost.

@@ -16,6 +16,7 @@ class MemorySource : public TensorSource {
   MemorySource(TensorInfo info, const std::byte* data) : info_(std::move(info)), data_(data) {}
   const TensorInfo& info() const override { return info_; }
   Status read(uint64_t first, uint64_t count, void* dst) override;
+  const std::byte* view(uint64_t first, uint64_t count) override;
 
  private:
   TensorInfo info_;
@@ -55,17 +56,18 @@ class TensorEncoder {
   const MetricsAccumulator& total() const { return total_; }
 
  private:
-  // Encodes and decodes elements [first, first + count) (in_ holds the chunk from element
+  // Encodes and decodes elements [first, first + count) (`chunk` holds the chunk from element
   // chunk_first) on codec `codec`, into `out` and xhat_, measuring into `acc`.
-  Status encode_piece(Codec& codec, const TensorInfo& t, uint64_t chunk_first, uint64_t first, uint64_t count,
-                      const std::byte* reference, std::vector<ByteBuffer>& out, MetricsAccumulator& acc);
+  Status encode_piece(Codec& codec, const TensorInfo& t, const std::byte* chunk, uint64_t chunk_first, uint64_t first,
+                      uint64_t count, const std::byte* reference, std::vector<ByteBuffer>& out,
+                      MetricsAccumulator& acc);
 
   GczWriter& writer_;
   Backend backend_;
   uint64_t seed_;
   uint64_t chunk_elements_;
   unsigned threads_;
-  ByteBuffer in_, xhat_;
+  ByteBuffer in_, xhat_;  // a chunk read from a source that has no view of it; its decoded values
   MetricsAccumulator total_;
 };
 

@@ -121,6 +121,14 @@ Status MappedTensorSource::read(uint64_t first, uint64_t count, void* dst) {
   return Status::ok();
 }
 
+const std::byte* MappedTensorSource::view(uint64_t first, uint64_t count) {
+  const std::size_t esize = dtype_size(info_.dtype);
+  if (count == 0 || layout_.byte_swapped || layout_.fortran_order || layout_.item_size != esize) return nullptr;
+  if (!check_read_range(file_->path(), info_, numel_, first, count).is_ok()) return nullptr;
+  const std::byte* p = file_->data() + payload_offset_ + first * esize;
+  return reinterpret_cast<uintptr_t>(p) % esize == 0 ? p : nullptr;
+}
+
 void MappedTensorSource::release(uint64_t end) {
   // A Fortran-order payload is read out of order, so no prefix of it is done with.
   if (layout_.fortran_order && end < numel_) return;

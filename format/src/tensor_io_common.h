@@ -93,6 +93,9 @@ class MappedTensorSource : public TensorSource {
   ~MappedTensorSource() override;
   const TensorInfo& info() const override { return info_; }
   Status read(uint64_t first, uint64_t count, void* dst) override;
+  // The mapped payload itself, for an in-range read of a C-order, native-endian payload whose
+  // elements are aligned in memory.
+  const std::byte* view(uint64_t first, uint64_t count) override;
   void release(uint64_t end) override;
 
  private:

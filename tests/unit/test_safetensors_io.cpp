@@ -2,11 +2,15 @@
 // metadata, header padding, and hostile headers (lengths, offsets, overlaps, duplicates, bad JSON).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "scratch_dir.h"
+#include "gcz/pipeline.h"
 #include "gcz/tensor_io.h"
 
 namespace gcz {
@@ -205,6 +209,65 @@ TEST_F(SafetensorsTest, RejectsBadOffsets) {
   expect_format_error(
       with({{"a", entry("F32", {1, 1}, 0, 4)}, {"b", entry("F32", {uint64_t{1} << 40, uint64_t{1} << 40}, 4, 8)}}, 8),
       "2^48");
+}
+
+}  // namespace
+}  // namespace gcz
+
+namespace gcz {
+namespace {
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// The encoder reads a mapped payload in place when its elements are aligned (TensorSource::view)
+// and copies it otherwise: the same tensor behind an aligned and a misaligned payload offset (the
+// header padded with spaces) gives one view and one copy, and the same .gcz bytes, for a chunked
+// and a whole-tensor codec, over several chunks.
+TEST_F(SafetensorsTest, AlignedPayloadIsReadInPlaceAndEncodesAsACopyWould) {
+  const uint64_t n = 5000;
+  std::vector<float> v(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = std::sin(0.01f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
+  std::string header = json{{"w", entry("F32", {n}, 0, 4 * n)}}.dump();
+  auto padded = [&](uint64_t remainder) {  // (8 + header length) mod 8 == remainder
+    std::string h = header;
+    while ((8 + h.size()) % 8 != remainder) h += ' ';
+    return h;
+  };
+  const std::string aligned = write("aligned.safetensors", safetensors_bytes(padded(0), bytes_of(v)));
+  const std::string misaligned = write("misaligned.safetensors", safetensors_bytes(padded(2), bytes_of(v)));
+
+  for (const std::string* path : {&aligned, &misaligned}) {
+    auto reader = open_tensor_file(*path, {});
+    ASSERT_TRUE(reader) << reader.status().message();
+    auto src = (*reader)->open(0);
+    ASSERT_TRUE(src) << src.status().message();
+    const std::byte* view = (*src)->view(10, n - 10);
+    if (path == &aligned) {
+      ASSERT_NE(view, nullptr);
+      EXPECT_EQ(std::memcmp(view, v.data() + 10, 4 * (n - 10)), 0);
+      EXPECT_EQ((*src)->view(10, n), nullptr);  // past the end: no view (read() reports the error)
+    } else {
+      EXPECT_EQ(view, nullptr);
+    }
+  }
+  for (const char* spec : {"qsgd:group=100", "terngrad"}) {
+    EncodeOptions o;
+    o.spec = spec;
+    o.threads = 2;
+    o.chunk_elements = 1500;  // several chunks (a whole-tensor codec takes one)
+    std::string out[2];
+    for (int k = 0; k < 2; ++k) {
+      const std::string gcz_path = dir_ + "/" + std::to_string(k) + ".gcz";
+      auto r = encode_files({k == 0 ? aligned : misaligned}, gcz_path, o);
+      ASSERT_TRUE(r) << r.status().message();
+      out[k] = file_bytes(gcz_path);
+    }
+    ASSERT_FALSE(out[0].empty());
+    EXPECT_EQ(out[0], out[1]) << spec;
+  }
 }
 
 }  // namespace

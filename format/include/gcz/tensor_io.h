@@ -41,6 +41,14 @@ class TensorSource {
   virtual const TensorInfo& info() const = 0;
   // Copies elements [first, first + count) to dst (count * dtype_size bytes).
   virtual Status read(uint64_t first, uint64_t count, void* dst) = 0;
+  // Elements [first, first + count) where they already lie in memory, exactly as read() would copy
+  // them (native byte order, in order) and aligned to their size; nullptr when the source does not
+  // hold them so (then read() them). Valid until release() passes them or the source goes away.
+  virtual const std::byte* view(uint64_t first, uint64_t count) {
+    (void)first;
+    (void)count;
+    return nullptr;
+  }
   // Hints that elements before `end` will not be read again, so their pages can leave memory.
   virtual void release(uint64_t end) { (void)end; }
 };
