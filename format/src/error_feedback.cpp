@@ -1,6 +1,7 @@
 // Error feedback: the state file, and one step of encoding with residuals.
 #include "gcz/error_feedback.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +40,11 @@ void add_scaled(DType w, const std::byte* a, const std::byte* b, double sign, st
 double CumulativeError::rel_l2() const { return ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0); }
 
 const ErrorFeedback::Entry* ErrorFeedback::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+ErrorFeedback::Entry* ErrorFeedback::find(const std::string& name) {
   auto it = entries_.find(name);
   return it == entries_.end() ? nullptr : &it->second;
 }
@@ -98,21 +104,65 @@ Status ErrorFeedback::save(const std::string& path, const std::string& residual_
 }
 
 namespace detail {
+namespace {
 
+// The whole tensor in the working dtype w: in place where the source holds it so, else read (and
+// converted, a slice at a time) into `buf`.
+Result<const std::byte*> working_values(TensorSource& src, DType w, uint64_t numel, ByteBuffer& buf) {
+  const DType d = src.info().dtype;
+  if (d == w && numel > 0) {
+    if (const std::byte* v = src.view(0, numel)) return v;
+  }
+  buf.resize(numel * dtype_size(w));
+  if (d == w) {
+    GCZ_RETURN_IF_ERROR(src.read(0, numel, buf.data()));
+  } else {
+    constexpr uint64_t kSlice = uint64_t{1} << 20;
+    ByteBuffer raw(std::min(kSlice, numel) * dtype_size(d));
+    for (uint64_t a = 0; a < numel; a += kSlice) {
+      const uint64_t n = std::min(kSlice, numel - a);
+      GCZ_RETURN_IF_ERROR(src.read(a, n, raw.data()));
+      convert_elements(d, raw.data(), w, buf.data() + a * dtype_size(w), n);
+    }
+  }
+  return static_cast<const std::byte*>(buf.data());
+}
+
+// Adds elements [0, n) of x and x̂ to the running sums, and their cumulative error to c, in element order.
+template <class T>
+void add_to_sums(const std::byte* x, const std::byte* xhat, double* sum_x, double* sum_xhat, uint64_t n,
+                 CumulativeError& c) {
+  const T* px = reinterpret_cast<const T*>(x);
+  const T* py = reinterpret_cast<const T*>(xhat);
+  for (uint64_t i = 0; i < n; ++i) {
+    sum_x[i] += static_cast<double>(px[i]);
+    sum_xhat[i] += static_cast<double>(py[i]);
+    const double d = sum_xhat[i] - sum_x[i];
+    if (std::isfinite(sum_x[i])) {
+      c.err_sq += d * d;
+      c.ref_sq += sum_x[i] * sum_x[i];
+    }
+  }
+}
+
+}  // namespace
+
+// Memory: x in place (or one copy in the working dtype), one buffer that holds x' and becomes the
+// new residual chunk by chunk as the decoded values come, and the running sums, moved from the old
+// entry rather than copied.
 Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& src, const EncodingPlan& plan,
                                           ErrorFeedback& ef, const std::function<void(uint64_t)>& progress) {
   const TensorInfo& t = src.info();
   const DType w = working_dtype(t.dtype);
   GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
   const std::size_t wsize = dtype_size(w);
-  GCZ_ASSIGN_OR_RETURN(ByteBuffer raw, read_whole(src));
-  ByteBuffer x(numel * wsize);
-  convert_elements(t.dtype, raw.data(), w, x.data(), numel);
-  raw = {};
+  ByteBuffer x_buf;
+  GCZ_ASSIGN_OR_RETURN(const std::byte* x, working_values(src, w, numel, x_buf));
 
-  // x' = x + e_old, when there is a residual for this tensor.
-  const ErrorFeedback::Entry* old = ef.find(t.name);
-  ByteBuffer xp = x;
+  // x' = x + e_old, when there is a residual for this tensor; else x' is x itself.
+  ErrorFeedback::Entry* old = ef.find(t.name);
+  ErrorFeedback::Entry next{w, t.shape, ByteBuffer(numel * wsize), std::nullopt, {}, {}};
+  const std::byte* xp = x;
   if (ef.feedback() && old && !old->residual.empty()) {
     if (old->shape != t.shape || old->dtype != w) {
       return invalid_argument("tensor '" + t.name + "': the error-feedback state holds a residual of shape " +
@@ -120,41 +170,40 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
                               ") but the input is " + shape_to_string(t.shape) + " (" +
                               std::string(dtype_name(w)) + "); remove the state file to start over");
     }
-    add_scaled(w, x.data(), old->residual.data(), 1.0, xp.data(), numel);
+    add_scaled(w, x, old->residual.data(), 1.0, next.residual.data(), numel);
+    xp = next.residual.data();
+  }
+  // The old residual is spent, and the sums so far move into the new entry (a failed step leaves
+  // the old entry without them; the caller stops at the first error).
+  if (old) ByteBuffer().swap(old->residual);
+  CumulativeError cumulative;
+  if (ef.track_sums()) {
+    next.sum_x = old && !old->sum_x.empty() ? std::move(old->sum_x) : std::vector<double>(numel, 0.0);
+    next.sum_xhat = old && !old->sum_xhat.empty() ? std::move(old->sum_xhat) : std::vector<double>(numel, 0.0);
   }
 
-  ByteBuffer xhat(numel * wsize);
   std::optional<CodecState> state;
   EncodeExtras extras;
-  extras.reference = x.data();
+  extras.reference = x;
   extras.bytes_in = numel * dtype_size(t.dtype);
-  extras.on_decoded = [&](uint64_t first, uint64_t count, const std::byte* d) {
-    std::memcpy(xhat.data() + first * wsize, d, count * wsize);
+  // Each decoded chunk: e = x' − x̂ (over x' where x' is this buffer: the encoder is done with the
+  // chunk), and the sums.
+  extras.on_decoded = [&](uint64_t first, uint64_t count, const std::byte* xhat) {
+    const uint64_t at = first * wsize;
+    add_scaled(w, xp + at, xhat, -1.0, next.residual.data() + at, count);
+    if (!ef.track_sums()) return;
+    double* sx = next.sum_x.data() + first;
+    double* sy = next.sum_xhat.data() + first;
+    if (w == DType::kFloat64) add_to_sums<double>(x + at, xhat, sx, sy, count, cumulative);
+    else add_to_sums<float>(x + at, xhat, sx, sy, count, cumulative);
   };
   extras.state_in = ef.feedback() && old && old->state ? &*old->state : nullptr;
   extras.state_out = &state;
-  MemorySource xsrc({t.name, w, t.shape}, xp.data());
+  MemorySource xsrc({t.name, w, t.shape}, xp);
   GCZ_ASSIGN_OR_RETURN(TensorReport report, encoder.encode(xsrc, plan, progress, extras));
   report.dtype = t.dtype;
-
-  // e_new = x' − x̂.
-  ErrorFeedback::Entry next{w, t.shape, ByteBuffer(numel * wsize), state, {}, {}};
-  add_scaled(w, xp.data(), xhat.data(), -1.0, next.residual.data(), numel);
-  if (ef.track_sums()) {
-    next.sum_x = old && !old->sum_x.empty() ? old->sum_x : std::vector<double>(numel, 0.0);
-    next.sum_xhat = old && !old->sum_xhat.empty() ? old->sum_xhat : std::vector<double>(numel, 0.0);
-    CumulativeError c;
-    for (uint64_t i = 0; i < numel; ++i) {
-      next.sum_x[i] += element_as_double(w, x.data(), i);
-      next.sum_xhat[i] += element_as_double(w, xhat.data(), i);
-      const double d = next.sum_xhat[i] - next.sum_x[i];
-      if (std::isfinite(next.sum_x[i])) {
-        c.err_sq += d * d;
-        c.ref_sq += next.sum_x[i] * next.sum_x[i];
-      }
-    }
-    report.cumulative = c;
-  }
+  if (ef.track_sums()) report.cumulative = cumulative;
+  next.state = std::move(state);
   ef.put(t.name, std::move(next));
   return report;
 }

@@ -6,9 +6,10 @@
 
 namespace gcz::detail {
 
-// Reads the whole tensor, adds its residual, encodes x' = x + e as float32 (float64 stays float64),
-// and stores e = x' − x̂ (and the codec's state) back in `ef`. The report's metrics compare x̂ with
-// the true gradient x; with tracked sums it also carries the cumulative error.
+// Takes the whole tensor (in place where the source holds it so), adds its residual, encodes
+// x' = x + e as float32 (float64 stays float64), and stores e = x' − x̂ (and the codec's state) back
+// in `ef`. The report's metrics compare x̂ with the true gradient x; with tracked sums it also
+// carries the cumulative error.
 Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& src, const EncodingPlan& plan,
                                           ErrorFeedback& ef, const std::function<void(uint64_t)>& progress);
 

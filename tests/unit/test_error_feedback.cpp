@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -175,6 +176,77 @@ TEST(ErrorFeedback, TensorsAbsentFromAStepKeepTheirResidual) {
   }
   ASSERT_TRUE(encode_files({only_w.string()}, "", o));
   EXPECT_EQ(ef.find("b")->residual, before);
+}
+
+}  // namespace
+}  // namespace gcz
+
+namespace gcz {
+namespace {
+
+// A step reads float32 input in place (a view of the mapped file) and converts other dtypes a slice
+// of 2^20 elements at a time, and it folds each decoded chunk into the residual and the running sums
+// as it arrives. bfloat16 input and its exact float32 widening must then leave the same residuals,
+// sums and errors, over two steps, whatever the chunking, for a chunked and a whole-tensor codec.
+TEST(ErrorFeedback, InPlaceConvertedAndChunkedStepsAgree) {
+  const fs::path d = temp_dir("paths");
+  const uint64_t n = (uint64_t{1} << 20) + 3001;  // two slices of the conversion
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1e-2f);
+  std::vector<uint16_t> h(n);
+  std::vector<float> f(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    const float v = normal(rng);
+    std::memcpy(&bits, &v, 4);
+    h[i] = static_cast<uint16_t>(bits >> 16);
+    bits = uint32_t{h[i]} << 16;
+    std::memcpy(&f[i], &bits, 4);
+  }
+  auto write = [&](const std::string& name, DType dtype, const void* data) {
+    const fs::path p = d / name;
+    auto w = create_tensor_file(p.string(), {{"w", dtype, {n}}}, {});
+    EXPECT_TRUE(w) << w.status().message();
+    EXPECT_TRUE((*w)->begin(0) && (*w)->write(data, n) && (*w)->end() && (*w)->finish());
+    return p.string();
+  };
+  const std::string bf16 = write("bf16.safetensors", DType::kBFloat16, h.data());
+  const std::string f32 = write("f32.safetensors", DType::kFloat32, f.data());
+  for (const char* spec : {"qsgd:bits=4", "topk:ratio=0.01"}) {
+    struct Run {
+      std::string input;
+      uint64_t chunk;
+      ErrorFeedback ef;
+      double cumulative = 0, rel_l2 = 0;
+    } runs[3] = {{f32, uint64_t{1} << 24, {}}, {f32, 300000, {}}, {bf16, 300000, {}}};
+    for (Run& r : runs) {
+      r.ef.set_track_sums(true);
+      EncodeOptions o;
+      o.spec = spec;
+      o.device = DeviceRequest::kCpu;
+      o.chunk_elements = r.chunk;
+      o.error_feedback = &r.ef;
+      for (int step = 0; step < 2; ++step) {
+        auto rep = encode_files({r.input}, "", o);
+        ASSERT_TRUE(rep) << rep.status().message();
+        r.cumulative = rep->cumulative->rel_l2();
+        r.rel_l2 = rep->tensors[0].metrics.rel_l2;
+      }
+    }
+    const ErrorFeedback::Entry* a = runs[0].ef.find("w");
+    ASSERT_NE(a, nullptr);
+    ASSERT_EQ(a->residual.size(), 4 * n);
+    for (int k = 1; k < 3; ++k) {
+      const ErrorFeedback::Entry* b = runs[k].ef.find("w");
+      ASSERT_NE(b, nullptr);
+      EXPECT_TRUE(a->residual == b->residual) << spec << " run " << k;
+      EXPECT_TRUE(a->sum_x == b->sum_x) << spec << " run " << k;
+      EXPECT_TRUE(a->sum_xhat == b->sum_xhat) << spec << " run " << k;
+      EXPECT_EQ(runs[0].cumulative, runs[k].cumulative) << spec << " run " << k;
+      EXPECT_EQ(runs[0].rel_l2, runs[k].rel_l2) << spec << " run " << k;
+    }
+    EXPECT_GT(runs[0].cumulative, 0.0) << spec;
+  }
 }
 
 }  // namespace

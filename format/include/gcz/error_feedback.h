@@ -51,6 +51,7 @@ class ErrorFeedback {
   bool feedback() const { return feedback_; }
 
   const Entry* find(const std::string& name) const;
+  Entry* find(const std::string& name);
   void put(const std::string& name, Entry entry) { entries_[name] = std::move(entry); }
   std::size_t size() const { return entries_.size(); }
 
