@@ -108,7 +108,7 @@ namespace {
 
 // The whole tensor in the working dtype w: in place where the source holds it so, else read (and
 // converted, a slice at a time) into `buf`.
-Result<const std::byte*> working_values(TensorSource& src, DType w, uint64_t numel, ByteBuffer& buf) {
+Result<const std::byte*> working_values(TensorSource& src, DType w, uint64_t numel, ScratchBuffer& buf) {
   const DType d = src.info().dtype;
   if (d == w && numel > 0) {
     if (const std::byte* v = src.view(0, numel)) return v;
@@ -156,7 +156,7 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
   const DType w = working_dtype(t.dtype);
   GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
   const std::size_t wsize = dtype_size(w);
-  ByteBuffer x_buf;
+  ScratchBuffer x_buf;
   GCZ_ASSIGN_OR_RETURN(const std::byte* x, working_values(src, w, numel, x_buf));
 
   // x' = x + e_old, when there is a residual for this tensor; else x' is x itself.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "gcz/codec_spec.h"
@@ -9,6 +10,27 @@
 #include "gcz/pipeline.h"
 
 namespace gcz::detail {
+
+// Scratch memory for chunks and whole tensors, left uninitialised: every byte is written before it
+// is read. (Zeroing a whole tensor's worth first, as a vector's resize does, took a third of a
+// whole-tensor `gcz eval`.) A resize keeps nothing; the memory is kept for a later, smaller one.
+class ScratchBuffer {
+ public:
+  void resize(std::size_t n) {
+    if (n > capacity_) {
+      data_.reset();
+      data_ = std::make_unique_for_overwrite<std::byte[]>(n);
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+  std::byte* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t size_ = 0, capacity_ = 0;
+};
 
 // A tensor held in memory, as a TensorSource.
 class MemorySource : public TensorSource {
@@ -67,7 +89,7 @@ class TensorEncoder {
   uint64_t seed_;
   uint64_t chunk_elements_;
   unsigned threads_;
-  ByteBuffer in_, xhat_;  // a chunk read from a source that has no view of it; its decoded values
+  ScratchBuffer in_, xhat_;  // a chunk read from a source that has no view of it; its decoded values
   MetricsAccumulator total_;
 };
 
