@@ -5,6 +5,7 @@
 
 #include "gcz/container.h"
 #include "gcz/pipeline.h"
+#include "scratch_buffer.h"
 
 namespace gcz {
 namespace {
@@ -48,8 +49,9 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
   const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1)
                                    : std::max(unit, (uint64_t{1} << 24) / unit * unit);
   const std::size_t esize = dtype_size(t.dtype);
-  ByteBuffer xhat(std::min(chunk, numel) * esize);
-  std::vector<ByteBuffer> in(rec.streams.size());
+  detail::ScratchBuffer xhat;
+  xhat.resize(std::min(chunk, numel) * esize);
+  std::vector<detail::ScratchBuffer> in(rec.streams.size());
   for (uint64_t first = 0; first < numel; first += chunk) {
     const uint64_t count = std::min(chunk, numel - first);
     std::vector<ByteSpan> spans;
@@ -59,7 +61,7 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
                                                  : codec.stream_size(t, s, first, count));
       in[s].resize(n);
       GCZ_RETURN_IF_ERROR(cursors[s]->read(in[s].data(), n));
-      spans.emplace_back(in[s]);
+      spans.emplace_back(in[s].data(), n);
     }
     Status decoded = codec.decode(t, spans, first, count, xhat.data());
     if (decoded.code() == StatusCode::kFormatError) {
