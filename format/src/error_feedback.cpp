@@ -173,13 +173,15 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
     add_scaled(w, x, old->residual.data(), 1.0, next.residual.data(), numel);
     xp = next.residual.data();
   }
-  // The old residual is spent, and the sums so far move into the new entry (a failed step leaves
-  // the old entry without them; the caller stops at the first error).
+  // The old residual is spent, and the sums so far move into the new entry (sums of another size,
+  // from a tensor whose shape changed with feedback off, start again at zero). A failed step leaves
+  // the old entry without them (ErrorFeedback: reload the state after a failure).
   if (old) ByteBuffer().swap(old->residual);
   CumulativeError cumulative;
   if (ef.track_sums()) {
-    next.sum_x = old && !old->sum_x.empty() ? std::move(old->sum_x) : std::vector<double>(numel, 0.0);
-    next.sum_xhat = old && !old->sum_xhat.empty() ? std::move(old->sum_xhat) : std::vector<double>(numel, 0.0);
+    const bool carried = old && old->sum_x.size() == numel && old->sum_xhat.size() == numel;
+    next.sum_x = carried ? std::move(old->sum_x) : std::vector<double>(numel, 0.0);
+    next.sum_xhat = carried ? std::move(old->sum_xhat) : std::vector<double>(numel, 0.0);
   }
 
   std::optional<CodecState> state;

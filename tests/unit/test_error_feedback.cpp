@@ -251,3 +251,37 @@ TEST(ErrorFeedback, InPlaceConvertedAndChunkedStepsAgree) {
 
 }  // namespace
 }  // namespace gcz
+
+namespace gcz {
+namespace {
+
+// Without feedback nothing checks a tensor's shape against the state; when it grows, the running
+// sums start again at zero rather than being indexed past their end.
+TEST(ErrorFeedback, SumsRestartWhenAShapeChangesWithoutFeedback) {
+  const fs::path d = temp_dir("regrow");
+  ErrorFeedback ef;
+  ef.set_track_sums(true);
+  ef.set_feedback(false);
+  EncodeOptions o;
+  o.spec = "bf16";
+  o.error_feedback = &ef;
+  ASSERT_TRUE(encode_files({write_step(d, 0, 8).string()}, "", o));
+  const fs::path step1 = write_step(temp_dir("regrow2"), 1, 32);
+  auto r = encode_files({step1.string()}, "", o);
+  ASSERT_TRUE(r) << r.status().message();
+  const ErrorFeedback::Entry* w = ef.find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->sum_x.size(), 32u * 16u);
+  // Only this step is in the sums: they hold this step's x exactly.
+  auto reader = open_tensor_file(step1.string(), {});
+  ASSERT_TRUE(reader);
+  auto src = (*reader)->open(0);
+  ASSERT_TRUE(src);
+  ASSERT_EQ((*src)->info().name, "w");
+  std::vector<float> x(32 * 16);
+  ASSERT_TRUE((*src)->read(0, x.size(), x.data()));
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(w->sum_x[i], static_cast<double>(x[i])) << i;
+}
+
+}  // namespace
+}  // namespace gcz

@@ -10,7 +10,8 @@
 //
 // In the state file, tensor NAME's residual is the tensor "residual/NAME" (float32, or float64 for
 // float64 gradients) and its codec state "state/NAME" (float32); the file's metadata has
-// gcz.error_feedback = 1.
+// gcz.error_feedback = 1. A step that fails leaves the state in memory partly updated (its tensors'
+// old residuals spent): load it again from the file (gcz encode saves it only after a whole step).
 #pragma once
 
 #include <map>
