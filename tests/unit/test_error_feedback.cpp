@@ -178,12 +178,6 @@ TEST(ErrorFeedback, TensorsAbsentFromAStepKeepTheirResidual) {
   EXPECT_EQ(ef.find("b")->residual, before);
 }
 
-}  // namespace
-}  // namespace gcz
-
-namespace gcz {
-namespace {
-
 // A step reads float32 input in place (a view of the mapped file) and converts other dtypes a slice
 // of 2^20 elements at a time, and it folds each decoded chunk into the residual and the running sums
 // as it arrives. bfloat16 input and its exact float32 widening must then leave the same residuals,
@@ -248,12 +242,6 @@ TEST(ErrorFeedback, InPlaceConvertedAndChunkedStepsAgree) {
     EXPECT_GT(runs[0].cumulative, 0.0) << spec;
   }
 }
-
-}  // namespace
-}  // namespace gcz
-
-namespace gcz {
-namespace {
 
 // Without feedback nothing checks a tensor's shape against the state; when it grows, the running
 // sums start again at zero rather than being indexed past their end.

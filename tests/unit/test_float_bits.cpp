@@ -85,12 +85,6 @@ TEST(FloatBits, F64NarrowingRoundsOnce) {
   }
 }
 
-}  // namespace
-}  // namespace gcz::detail
-
-namespace gcz::detail {
-namespace {
-
 // The branch-free float32 conversions against the generic bit-level rounding, on a dense sweep of
 // every float32 exponent and many fractions (NaNs included).
 TEST(FloatBits, FastPathsMatchGenericRounding) {
@@ -106,12 +100,6 @@ TEST(FloatBits, FastPathsMatchGenericRounding) {
         << "f16 bits " << h;
   }
 }
-
-}  // namespace
-}  // namespace gcz::detail
-
-namespace gcz::detail {
-namespace {
 
 // convert_elements between float32 and float16 (the x86 F16C instructions) and bfloat16 (AVX2
 // integer code) against the portable branch-free code: every 16-bit pattern widened, and narrowed

@@ -85,12 +85,6 @@ TEST(Metrics, HalfPrecisionInputs) {
   EXPECT_DOUBLE_EQ(bacc.finish(4, 4).rel_l2, 0.0);
 }
 
-}  // namespace
-}  // namespace gcz
-
-namespace gcz {
-namespace {
-
 // Threads hand back block-aligned pieces of one tensor: appending them must give exactly what one
 // pass gives, bit for bit, and so must any other split into add() calls.
 TEST(Metrics, SplitsAndThreadPiecesGiveIdenticalResults) {
@@ -123,12 +117,6 @@ TEST(Metrics, SplitsAndThreadPiecesGiveIdenticalResults) {
     EXPECT_EQ(a.numel, c.numel);
   }
 }
-
-}  // namespace
-}  // namespace gcz
-
-namespace gcz {
-namespace {
 
 // Every field of two Metrics, bit for bit (NaN equal to NaN).
 void expect_same_bits(const Metrics& a, const Metrics& b, const std::string& where) {

@@ -211,12 +211,6 @@ TEST_F(SafetensorsTest, RejectsBadOffsets) {
       "2^48");
 }
 
-}  // namespace
-}  // namespace gcz
-
-namespace gcz {
-namespace {
-
 std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
