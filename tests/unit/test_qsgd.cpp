@@ -266,7 +266,8 @@ TEST(Qsgd, InstructionSetDoesNotChangeTheBytes) {
   for (const char* spec : {"qsgd", "qsgd:rounding=nearest", "qsgd:bits=4", "qsgd:bits=3,group=100,scale=l2",
                            "qsgd:bits=2,rounding=nearest", "qsgd:bits=7,group=1000,scale_dtype=bf16",
                            "qsgd:bits=5,group=5,scale=l2", "qsgd:bits=6,group=1", "qsgd:group=33,scale_dtype=fp16",
-                           "qsgd:bits=8,group=4096", "qsgd:bits=2,group=7"}) {
+                           "qsgd:bits=8,group=4096", "qsgd:bits=2,group=7", "qsgd:scale=l2",
+                           "qsgd:scale=l2,group=700,rounding=nearest"}) {
     Encoded e[2];
     std::vector<float> y[2];
     for (int avx2 = 0; avx2 < 2; ++avx2) {

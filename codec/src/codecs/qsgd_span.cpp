@@ -319,8 +319,52 @@ GCZ_CPU_INLINE void settle_ties(const QsgdEncodeSpan& j, uint8_t* c, uint64_t co
   });
 }
 
+// One block x[0, m) of group_l2's sums (m <= kSumBlock; lane j adds the exact squares a * a of the
+// elements k = j mod 8 in order, lanes 0-3 and 4-7 as two vectors of four doubles), combined as
+// combine_lanes does; the max of the elements' |x| bits goes to mx and max_bits.
+GCZ_AVX2_INLINE double l2_block_avx2(const float* x, uint64_t m, __m256i& mx, int32_t& max_bits) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+  __m256d lo = _mm256_setzero_pd(), hi = lo;
+  uint64_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    const __m256i bits = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask);
+    mx = _mm256_max_epi32(mx, bits);
+    const __m256 a = _mm256_castsi256_ps(_mm256_and_si256(bits, _mm256_cmpgt_epi32(inf, bits)));  // finite_abs
+    const __m256d a_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(a));
+    const __m256d a_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+    lo = _mm256_add_pd(lo, _mm256_mul_pd(a_lo, a_lo));
+    hi = _mm256_add_pd(hi, _mm256_mul_pd(a_hi, a_hi));
+  }
+  double lane[8];
+  _mm256_storeu_pd(lane, lo);
+  _mm256_storeu_pd(lane + 4, hi);
+  for (int j = 0; i < m; ++i, ++j) {
+    const double a = finite_abs(x[i]);
+    lane[j] += a * a;
+    max_bits = std::max(max_bits, static_cast<int32_t>(bit_cast<uint32_t>(x[i]) & 0x7FFFFFFFu));
+  }
+  return combine_lanes(lane);
+}
+
+// group_l2, bit for bit, with the max of the elements' |x| bits (>= 0x7F800000: one is not finite)
+// from the same pass. A group of one block needs no PairwiseSum: its total is the block's sum.
+GCZ_AVX2_INLINE float group_l2_avx2(const float* x, uint64_t n, int32_t& max_bits) {
+  __m256i mx = _mm256_setzero_si256();
+  max_bits = 0;
+  double total;
+  if (n <= kSumBlock) {
+    total = l2_block_avx2(x, n, mx, max_bits);
+  } else {
+    PairwiseSum sum;
+    for (uint64_t b = 0; b < n; b += kSumBlock) sum.add(l2_block_avx2(x + b, std::min(kSumBlock, n - b), mx, max_bits));
+    total = sum.total();
+  }
+  max_bits = std::max(max_bits, avx2::hmax_epi32(mx));
+  return ceil_to_f32(std::sqrt(total));
+}
+
 // The span's scales first (max scale: a vector max, exact unless an element is not finite; l2 scale:
-// group_l2), so that the groups' reductions overlap; then each group's codes, then the packing.
+// group_l2_avx2), so that the groups' reductions overlap; then each group's codes, then the packing.
 template <int B>
 __attribute__((target("avx2"))) void encode_avx2(const QsgdEncodeSpan& j) {
   const std::size_t ssize = dtype_size(j.scale_dtype);
@@ -329,8 +373,9 @@ __attribute__((target("avx2"))) void encode_avx2(const QsgdEncodeSpan& j) {
     const uint64_t n = std::min(j.group, j.len - a);
     float raw;
     if (j.l2_scale) {
-      raw = group_l2(xg, n);
-      j.finite[g] = 0;  // not checked
+      int32_t m;
+      raw = group_l2_avx2(xg, n, m);
+      j.finite[g] = m < 0x7F800000;
     } else {
       const int32_t m = abs_bits_max_avx2(xg, n);
       j.finite[g] = m < 0x7F800000;
