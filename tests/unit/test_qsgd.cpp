@@ -312,11 +312,13 @@ TEST(Qsgd, QuantizeDrawnIsQuantizeWithTheWholeDraw) {
 // Values made so that every rounding ties with its coarse draw byte (floor(2^17 frac) >> 9 equals
 // Rng::coarse8(i), and the fine byte decides): the vector loops note each one and settle it with the
 // whole 16-bit draw, so the codes are still those of the documented draws, on either instruction set,
-// for 8-bit codes and for 4-bit codes (packed as the loop goes), with a short last group.
+// for 8-bit codes and for 4-bit codes (packed as the loop goes), with a short last group of 3 elements
+// (the scalar loop) or 20 (a vector step with its lanes past the group masked off).
 TEST(Qsgd, RoundingsTheCoarseByteCannotSettle) {
-  const uint64_t n = 4099, seed = 2024, key = 99;
+  const uint64_t seed = 2024, key = 99;
   const detail::Rng rng(seed, key, detail::kStreamQsgdRounding);
-  for (const int bits : {8, 4}) {
+  const std::pair<uint64_t, int> cases[] = {{4099, 8}, {4099, 4}, {4116, 8}, {4116, 4}};  // (n, bits)
+  for (const auto& [n, bits] : cases) {
     const uint32_t s = (1u << (bits - 1)) - 1;
     std::vector<float> x(n);
     for (uint64_t i = 0; i < n; ++i) {
@@ -343,7 +345,7 @@ TEST(Qsgd, RoundingsTheCoarseByteCannotSettle) {
       for (uint64_t i = 0; i < n; ++i) {
         const uint32_t code = bits == 8 ? static_cast<uint8_t>(e.codes[i])
                                         : (static_cast<uint8_t>(e.codes[i / 2]) >> (4 * (i % 2))) & 0xFu;
-        ASSERT_EQ(code, want[i]) << bits << " " << avx2 << " " << i;
+        ASSERT_EQ(code, want[i]) << n << " " << bits << " " << avx2 << " " << i;
       }
     }
     detail::allow_avx2_for_testing(true);

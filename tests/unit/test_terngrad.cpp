@@ -192,7 +192,8 @@ TEST(TernGrad, TritDrawnIsTritWithTheWholeDraw) {
 // Values made so that every draw ties with its coarse byte (floor(2^17 p) >> 9 equals Rng::coarse8(i),
 // and the fine byte decides): the vector loops note each one and settle it in the packed bytes with
 // the whole 16-bit draw, so the trits are still those of the documented draws, for both packings,
-// tensor and group scales, and either instruction set.
+// tensor and group scales, groups whose last elements take a masked vector step, and either
+// instruction set.
 TEST(TernGrad, DrawsTheCoarseByteCannotSettle) {
   const uint64_t n = 4103, seed = 31, key = 4;
   const detail::Rng rng(seed, key, detail::kStreamTernGrad);
@@ -202,9 +203,11 @@ TEST(TernGrad, DrawsTheCoarseByteCannotSettle) {
     const float p = static_cast<float>(threshold) * 0x1p-17f;  // exact, below 1
     x[i] = i % 3 == 0 ? -p : p;
   }
-  for (uint64_t i = 0; i < n; i += 320) x[i] = 1.0f;  // s = 1 for the tensor and every group: p = |x|
+  for (uint64_t i = 0; i < n; i += 40) x[i] = 1.0f;  // s = 1 for the tensor and every group: p = |x|
+  // Groups of 40 end in 8 elements that take a vector step of their own.
   for (const char* spec : {"terngrad:clip=0", "terngrad:clip=0,packing=2bit", "terngrad:clip=0,scale=group,group=320",
-                           "terngrad:clip=0,scale=group,group=320,packing=2bit"}) {
+                           "terngrad:clip=0,scale=group,group=320,packing=2bit",
+                           "terngrad:clip=0,scale=group,group=40"}) {
     for (const int avx2 : {1, 0}) {
       detail::allow_avx2_for_testing(avx2 == 1);
       auto c = make(spec, seed, key);

@@ -47,6 +47,26 @@ GCZ_AVX2_INLINE void prefetch_next_span(const float* x) {
   _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T1);
 }
 
+// The 32 float32 values at x as bits, in four vectors, prefetching the next span's (the span loops'
+// step).
+GCZ_AVX2_INLINE void load32(const float* x, __m256i* xi) {
+  prefetch_next_span(x);
+  for (int k = 0; k < 4; ++k) xi[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * k));
+}
+
+// A group's last (n mod 32) elements: the span loops give them the same vector step as the others,
+// with the lanes past the group loaded as zeros, and keep only their results; a step costs about as
+// much as seven elements in the scalar loops, which take them when there are at most kScalarRest.
+inline constexpr uint64_t kScalarRest = 4;
+// x[0, rest) as bits in four vectors, zeros in the lanes from rest on (which are not read).
+GCZ_AVX2_INLINE void load_rest(const float* x, uint64_t rest, __m256i* xi) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int k = 0; k < 4; ++k) {
+    const __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rest) - 8 * k), lane);
+    xi[k] = _mm256_castps_si256(_mm256_maskload_ps(x + 8 * k, in));
+  }
+}
+
 GCZ_AVX2_INLINE int32_t hmax_epi32(__m256i v) {
   __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));

@@ -271,9 +271,30 @@ GCZ_AVX2_INLINE __m256i levels32_avx2(const __m256i* fx, const uint8_t* u, uint3
   }
 }
 
+// The codes of the 32 elements at x (draw bytes at u), in element order at c, and in tie_mask those
+// whose rounding waits for a fine byte (levels32_avx2).
+template <int B, bool kStochastic, bool kFinite>
+GCZ_AVX2_INLINE void codes32_avx2(const __m256i* xi, const uint8_t* u, __m256 inv17, __m256 s17, __m256 scale_ge,
+                                  uint8_t* c, uint32_t& tie_mask) {
+  __m256i fx[4];
+  for (int k = 0; k < 4; ++k) fx[k] = fixed8_avx2<kFinite>(xi[k], inv17, s17, scale_ge);
+  const __m256i levels = levels32_avx2<kStochastic>(fx, u, tie_mask);
+  // Levels < 128 and the elements' bits packed alike to bytes (the signed saturating packs keep
+  // each sign), both in the packs' interleaved order, which one permute of the codes undoes.
+  const __m256i signs = avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]);
+  // The sign bit (bit 7 of a byte, moved to bit B - 1) where x < 0 and the level is not 0.
+  const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i neg = _mm256_and_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(levels, _mm256_setzero_si256()), signs), sign);
+  if constexpr (B < 8) neg = _mm256_srli_epi16(neg, 8 - B);  // bit 15 stays in its byte, at bit 7 + B
+  const __m256i codes = _mm256_or_si256(levels, neg);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), avx2::in_element_order(codes));
+}
+
 // The codes of group x[0, n) (elements at .. at + n - 1 of the span) with stored scale `scale_value`;
-// the elements whose rounding waits for a fine byte are noted in ties (note_ties). For a scale so
-// small that 2^17 inv overflows (below about s * 2^-111) the scalar loop does the whole group.
+// the elements whose rounding waits for a fine byte are noted in ties (note_ties). More than
+// avx2::kScalarRest last (n mod 32) elements take a vector step of their own (avx2::load_rest; their
+// draw bytes are followed by others: u has room for 32 past any element). For a scale so small that
+// 2^17 inv overflows (below about s * 2^-111) the scalar loop does the whole group.
 template <int B, bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t* c, uint64_t n, float scale_value,
                                        const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
@@ -282,28 +303,25 @@ GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t
   const __m256 inv17 = _mm256_set1_ps(inv17_value);
   const __m256 s17 = _mm256_set1_ps(static_cast<float>(levels(B)) * 131072.0f);
   const __m256 scale_ge = _mm256_set1_ps(scale_value > 0.0f ? scale_value : __builtin_inff());
-  const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    avx2::prefetch_next_span(x + i);
-    __m256i xi[4], fx[4];
-    for (int k = 0; k < 4; ++k) {
-      xi[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8 * k));
-      fx[k] = fixed8_avx2<kFinite>(xi[k], inv17, s17, scale_ge);
-    }
+    __m256i xi[4];
+    avx2::load32(x + i, xi);
     uint32_t tie_mask;
-    const __m256i levels = levels32_avx2<kStochastic>(fx, u + i, tie_mask);
+    codes32_avx2<B, kStochastic, kFinite>(xi, u + i, inv17, s17, scale_ge, c + i, tie_mask);
     if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
-    // Levels < 128 and the elements' bits packed alike to bytes (the signed saturating packs keep
-    // each sign), both in the packs' interleaved order, which one permute of the codes undoes.
-    const __m256i signs = avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]);
-    // The sign bit (bit 7 of a byte, moved to bit B - 1) where x < 0 and the level is not 0.
-    __m256i neg = _mm256_and_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(levels, _mm256_setzero_si256()), signs), sign);
-    if constexpr (B < 8) neg = _mm256_srli_epi16(neg, 8 - B);  // bit 15 stays in its byte, at bit 7 + B
-    const __m256i codes = _mm256_or_si256(levels, neg);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i), avx2::in_element_order(codes));
   }
-  quantize_run<B, kStochastic>(x + i, u + i, c + i, n - i, scale_value, fine, at + i);  // the last (n mod 32)
+  const uint64_t rest = n - i;
+  if (rest <= avx2::kScalarRest) {
+    return quantize_run<B, kStochastic>(x + i, u + i, c + i, rest, scale_value, fine, at + i);
+  }
+  __m256i xi[4];
+  avx2::load_rest(x + i, rest, xi);
+  alignas(32) uint8_t codes[32];
+  uint32_t tie_mask;
+  codes32_avx2<B, kStochastic, kFinite>(xi, u + i, inv17, s17, scale_ge, codes, tie_mask);
+  if constexpr (kStochastic) note_ties(tie_mask & ((uint32_t{1} << rest) - 1), at + i, ties, count);
+  std::memcpy(c + i, codes, rest);
 }
 
 // The codes of the span's elements noted in ties[0, 2 count) (note_ties): qsgd::quantize with the

@@ -17,7 +17,7 @@ namespace gcz::detail {
 
 struct QsgdEncodeSpan {
   const float* x;       // len float32 values
-  const uint8_t* u;     // len coarse draw bytes (stochastic rounding: Rng::coarse8), or any len readable bytes
+  const uint8_t* u;     // len coarse draw bytes (stochastic rounding: Rng::coarse8), or any bytes; len + 32 readable
   FineDraws fine;       // the fine draw bytes, for the roundings the coarse byte does not settle
   uint64_t len;         // the span's elements; the span starts at a group and at a multiple of 8
   uint64_t group;

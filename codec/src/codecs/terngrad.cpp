@@ -135,7 +135,7 @@ float TernGradCodec::tensor_scale(const TensorInfo& t, const void* src, uint64_t
 void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t first, uint64_t a, uint64_t b,
                                  float tensor_s, std::byte* trits, std::byte* scales, Scratch& w) {
   const uint64_t most = std::min(span_, b - a);
-  w.u.resize(most);  // also when unused: the trit loops read it
+  w.u.resize(most + 32);  // also when unused: the trit loops read it, up to 32 bytes past an element
   w.ties.resize(o_.stochastic ? most : 0);
   w.trits.resize(most + 5);
   w.s.resize(std::max<uint64_t>(1, ceil_div(most, piece_)));

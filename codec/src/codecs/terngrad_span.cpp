@@ -392,30 +392,28 @@ GCZ_AVX2_INLINE TritScale trit_scale(float s) {
   return {_mm256_set1_ps(s), _mm256_set1_ps(pscale), pscale <= 3.40282346638528859812e+38f};
 }
 
-// p of eight elements times c.pscale (any value for a non-finite x, which `finite` masks), with a =
-// min(|x|, s); xi gets the elements' bits.
-GCZ_AVX2_INLINE __m256 p8_avx2(const float* x, const TritScale& c, __m256i& xi, __m256i& finite) {
-  xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+// p of eight elements (their bits xi) times c.pscale (any value for a non-finite x, which `finite`
+// masks), with a = min(|x|, s).
+GCZ_AVX2_INLINE __m256 p8_avx2(__m256i xi, const TritScale& c, __m256i& finite) {
   const __m256 y = _mm256_castsi256_ps(_mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF)));  // |x|
   finite = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
   return _mm256_mul_ps(_mm256_min_ps(y, c.s), c.pscale);
 }
 
-// The trits of the 32 elements at x, as bytes at t: terngrad::trit<kStochastic> lane by lane. The
-// elements' bits are packed to bytes (the signed saturating packs keep each sign); a nonzero trit has
-// |x| > 0, so its sign is x's sign bit: 1 - (x < 0 ? -1 : 0) is kPlus or kMinus. Deterministic: the
-// nonzero masks are packed alike. Stochastic: floor(2^17 p) >> 9 narrows to a byte d, the top byte of
-// the draw's threshold (terngrad::trit_drawn), which the coarse draw bytes u meet: u < d is nonzero,
-// u > d zero, and u = d (one element in 256) stays zero here and is noted in tie_mask (bit k for
-// element k) for its fine byte to settle. The packs saturate d = 256 (p = 1) to 255, which is still
-// exact: every u below 255 is nonzero then, and u = 255 is settled.
+// The trits of the 32 elements whose bits are xi, as bytes at t: terngrad::trit<kStochastic> lane by
+// lane. The elements' bits are packed to bytes (the signed saturating packs keep each sign); a nonzero
+// trit has |x| > 0, so its sign is x's sign bit: 1 - (x < 0 ? -1 : 0) is kPlus or kMinus.
+// Deterministic: the nonzero masks are packed alike. Stochastic: floor(2^17 p) >> 9 narrows to a byte
+// d, the top byte of the draw's threshold (terngrad::trit_drawn), which the coarse draw bytes u meet:
+// u < d is nonzero, u > d zero, and u = d (one element in 256) stays zero here and is noted in
+// tie_mask (bit k for element k) for its fine byte to settle. The packs saturate d = 256 (p = 1) to
+// 255, which is still exact: every u below 255 is nonzero then, and u = 255 is settled.
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint8_t* u, const TritScale& c, uint8_t* t,
+GCZ_AVX2_INLINE void trits32_avx2(const __m256i* xi, const uint8_t* u, const TritScale& c, uint8_t* t,
                                   uint32_t& tie_mask) {
-  avx2::prefetch_next_span(x);
-  __m256i xi[4], fin[4];
+  __m256i fin[4];
   __m256 p[4];
-  for (int k = 0; k < 4; ++k) p[k] = p8_avx2(x + 8 * k, c, xi[k], fin[k]);
+  for (int k = 0; k < 4; ++k) p[k] = p8_avx2(xi[k], c, fin[k]);
   const __m256i signs = avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]);
   const __m256i code = _mm256_sub_epi8(_mm256_set1_epi8(1), _mm256_cmpgt_epi8(_mm256_setzero_si256(), signs));
   __m256i trits;
@@ -439,20 +437,31 @@ GCZ_AVX2_INLINE void trits32_avx2(const float* x, const uint8_t* u, const TritSc
 }
 
 // The trits of x[0, n), elements at .. at + n - 1 of the span; the elements whose draw waits for a
-// fine byte are noted in ties (note_ties).
+// fine byte are noted in ties (note_ties). More than avx2::kScalarRest last (n mod 32) elements take a
+// vector step of their own (avx2::load_rest; their draw bytes are followed by others: u has room for
+// 32 past any element).
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t, uint64_t n, float s,
                                    const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
   const TritScale c = trit_scale<kStochastic>(s);
+  if (!c.vector) return trit_run<kStochastic>(x, u, t, n, s, fine, at);
   uint64_t i = 0;
-  if (c.vector) {
-    for (; i + 32 <= n; i += 32) {
-      uint32_t tie_mask;
-      trits32_avx2<kStochastic>(x + i, u + i, c, t + i, tie_mask);
-      if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
-    }
+  for (; i + 32 <= n; i += 32) {
+    __m256i xi[4];
+    avx2::load32(x + i, xi);
+    uint32_t tie_mask;
+    trits32_avx2<kStochastic>(xi, u + i, c, t + i, tie_mask);
+    if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
   }
-  trit_run<kStochastic>(x + i, u + i, t + i, n - i, s, fine, at + i);  // the last (n mod 32), or all
+  const uint64_t rest = n - i;
+  if (rest <= avx2::kScalarRest) return trit_run<kStochastic>(x + i, u + i, t + i, rest, s, fine, at + i);
+  __m256i xi[4];
+  avx2::load_rest(x + i, rest, xi);
+  alignas(32) uint8_t trits[32];
+  uint32_t tie_mask;
+  trits32_avx2<kStochastic>(xi, u + i, c, trits, tie_mask);
+  if constexpr (kStochastic) note_ties(tie_mask & ((uint32_t{1} << rest) - 1), at + i, ties, count);
+  std::memcpy(t + i, trits, rest);
 }
 
 // The 32 base3 bytes of the 160 trits at t, unrolled: four instructions a byte.
@@ -473,7 +482,9 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
   left -= 32;
   if (c.vector) {
     uint32_t tie_mask;
-    trits32_avx2<kStochastic>(j.x + i, j.u + i, c, j.scratch + i, tie_mask);
+    __m256i xi[4];
+    avx2::load32(j.x + i, xi);
+    trits32_avx2<kStochastic>(xi, j.u + i, c, j.scratch + i, tie_mask);
     if constexpr (kStochastic) note_ties(tie_mask, i, j.ties, ties);
   } else {
     trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, 32, j.scales[g], j.fine, i);

@@ -45,7 +45,7 @@ void terngrad_group_scales(const float* x, uint64_t n, uint64_t group, double cl
 
 struct TernGradEncodeSpan {
   const float* x;       // len float32 values
-  const uint8_t* u;     // len coarse draw bytes (stochastic rounding: Rng::coarse8), or any len readable bytes
+  const uint8_t* u;     // len coarse draw bytes (stochastic rounding: Rng::coarse8), or any bytes; len + 32 readable
   FineDraws fine;       // the fine draw bytes, for the draws the coarse byte does not settle
   uint64_t len;         // a multiple of the trits per byte except at the end of the tensor
   uint64_t piece;       // elements per scale (the group, or len for a tensor scale)
