@@ -271,8 +271,8 @@ GCZ_AVX2_INLINE __m256i levels32_avx2(const __m256i* fx, const uint8_t* u, uint3
   }
 }
 
-// The codes of the 32 elements at x (draw bytes at u), in element order at c, and in tie_mask those
-// whose rounding waits for a fine byte (levels32_avx2).
+// The codes of the 32 elements whose bits are xi (draw bytes at u), in element order at c, and in
+// tie_mask those whose rounding waits for a fine byte (levels32_avx2).
 template <int B, bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void codes32_avx2(const __m256i* xi, const uint8_t* u, __m256 inv17, __m256 s17, __m256 scale_ge,
                                   uint8_t* c, uint32_t& tie_mask) {
