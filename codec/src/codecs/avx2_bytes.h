@@ -1,7 +1,7 @@
-// AVX2 pieces the quantizers' span loops share (qsgd_span.cpp, terngrad_span.cpp): narrowing 32
-// 32-bit lanes to 32 bytes (values 0..255, or signs and masks) in element order and back, and the max
-// of eight int32 lanes. Each function is force-inlined into AVX2 code only; include this file from
-// x86-64 translation units.
+// AVX2 pieces the quantizers' span loops share (qsgd_span.cpp, terngrad_span.cpp): loading a step's
+// 32 values (a group's last few masked), narrowing 32 32-bit lanes to 32 bytes (values 0..255, or
+// signs and masks) in element order and back, and the max of eight int32 lanes. Each function is
+// force-inlined into AVX2 code only; include this file from x86-64 translation units.
 //
 //   __m256i bytes = gcz::detail::avx2::pack_interleaved(c0, c1, c2, c3);  // lanes 0..255
 //   _mm256_storeu_si256(out, gcz::detail::avx2::in_element_order(bytes));
