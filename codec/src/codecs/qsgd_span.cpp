@@ -147,6 +147,86 @@ GCZ_CPU_INLINE bool unpack(const uint8_t* in, uint64_t n, uint8_t* c) {
   return pad == 0;
 }
 
+#if defined(__x86_64__)
+// Widths 2, 3, 5, 6 and 7 pack eight codes into B bytes (pack8: code k at bits kB .. kB + B - 1, little
+// endian). AVX2 does 32 codes (4B bytes) a step: each 64-bit lane holds one group of eight codes, whose
+// bits are joined (or split) in three steps of doubling width: bytes into 16-bit words, words into
+// 32-bit dwords, dwords into the lane; a byte shuffle moves each lane's B bytes into place. Widths 4
+// and 8 need none of this.
+template <int B>
+constexpr bool kVectorPackable = B != 4 && B != 8;
+
+// The B bytes of each 64-bit lane's group, for a shuffle within 128-bit halves: group 0 of a half
+// from its bytes 0 .. B - 1, group 1 from B .. 2B - 1 (unpack: bytes of a half into its two lanes),
+// or back (pack).
+template <int B>
+GCZ_AVX2_INLINE __m256i spread_bytes() {
+  alignas(32) int8_t c[32];
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 16; ++k) c[16 * h + k] = (k % 8) < B ? static_cast<int8_t>((k / 8) * B + k % 8) : -1;
+  }
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+}
+template <int B>
+GCZ_AVX2_INLINE __m256i gather_bytes() {
+  alignas(32) int8_t c[32];
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 16; ++k) c[16 * h + k] = k < 2 * B ? static_cast<int8_t>((k / B) * 8 + k % B) : -1;
+  }
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+}
+
+// The 32 codes of the 4B bytes at in (16 bytes readable at in and at in + 2B), in element order.
+template <int B>
+GCZ_AVX2_INLINE __m256i unpack32_avx2(const uint8_t* in, __m256i spread) {
+  const __m256i raw = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(in + 2 * B),
+                                          reinterpret_cast<const __m128i*>(in));  // codes 16..31 | 0..15
+  const __m256i v = _mm256_shuffle_epi8(raw, spread);  // one group of eight codes per 64-bit lane
+  const __m256i d = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi64x((int64_t{1} << (4 * B)) - 1)),
+                                    _mm256_slli_epi64(_mm256_srli_epi64(v, 4 * B), 32));  // codes 4..7 up
+  const __m256i w = _mm256_or_si256(_mm256_and_si256(d, _mm256_set1_epi32((1 << (2 * B)) - 1)),
+                                    _mm256_slli_epi32(_mm256_srli_epi32(d, 2 * B), 16));  // codes 2, 3 up
+  return _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16((1 << B) - 1)),
+                         _mm256_slli_epi16(_mm256_srli_epi16(w, B), 8));  // code 1 up
+}
+
+// unpack<B>: whole steps of 32 codes while both 16-byte loads stay inside the stream, the rest (and
+// the padding check) by the portable loop. (Called, not inlined, from decode_span, which is also
+// compiled without AVX2.)
+template <int B>
+__attribute__((target("avx2"))) bool unpack_avx2(const uint8_t* in, uint64_t n, uint8_t* c) {
+  const uint64_t bytes = ceil_div(n * B, 8);
+  const __m256i spread = spread_bytes<B>();
+  uint64_t k = 0;  // codes done
+  for (; k + 32 <= n && k / 8 * B + 2 * B + 16 <= bytes; k += 32) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + k), unpack32_avx2<B>(in + k / 8 * B, spread));
+  }
+  return unpack<B>(in + k / 8 * B, n - k, c + k);
+}
+
+// pack<B>: whole steps of 32 codes while both 16-byte stores stay inside the output (the second, at
+// 2B, overwrites what the first wrote past its 2B bytes), the rest by the portable loop.
+template <int B>
+GCZ_AVX2_INLINE void pack_avx2(const uint8_t* c, uint64_t n, uint8_t* out) {
+  const uint64_t bytes = ceil_div(n * B, 8);
+  const __m256i gather = gather_bytes<B>();
+  uint64_t k = 0;
+  for (; k + 32 <= n && k / 8 * B + 2 * B + 16 <= bytes; k += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + k));
+    const __m256i w = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi16(0xFF)),
+                                      _mm256_slli_epi16(_mm256_srli_epi16(v, 8), B));  // code 1 down
+    const __m256i d = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (1 << (2 * B + 16))));  // codes 2, 3 down
+    const __m256i q = _mm256_or_si256(_mm256_and_si256(d, _mm256_set1_epi64x(0xFFFFFFFF)),
+                                      _mm256_slli_epi64(_mm256_srli_epi64(d, 32), 4 * B));  // codes 4..7 down
+    const __m256i packed = _mm256_shuffle_epi8(q, gather);  // each half's 2B bytes first
+    uint8_t* o = out + k / 8 * B;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(packed));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * B), _mm256_extracti128_si256(packed, 1));
+  }
+  pack<B>(c + k, n - k, out + k / 8 * B);
+}
+#endif
+
 template <int B>
 GCZ_CPU_INLINE void encode_span(const QsgdEncodeSpan& j) {
   const uint64_t groups = ceil_div(j.len, j.group);
@@ -169,7 +249,7 @@ GCZ_CPU_INLINE void encode_span(const QsgdEncodeSpan& j) {
   if (B != 8) pack<B>(c, j.len, j.codes);
 }
 
-template <int B>
+template <int B, bool kVectorPack = false>
 GCZ_CPU_INLINE QsgdSpanError decode_span(const QsgdDecodeSpan& j) {
   const int s = levels(B);
   const uint64_t groups = ceil_div(j.len, j.group);
@@ -184,7 +264,13 @@ GCZ_CPU_INLINE QsgdSpanError decode_span(const QsgdDecodeSpan& j) {
   if (!ok) return QsgdSpanError::kBadScale;
   const uint8_t* c = j.codes;
   if (B != 8) {
-    if (!unpack<B>(j.codes, j.len, j.scratch)) return QsgdSpanError::kPadding;
+    bool padded;
+    if constexpr (kVectorPack) {
+      padded = unpack_avx2<B>(j.codes, j.len, j.scratch);
+    } else {
+      padded = unpack<B>(j.codes, j.len, j.scratch);
+    }
+    if (!padded) return QsgdSpanError::kPadding;
     c = j.scratch;
   }
   for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.group) {
@@ -421,11 +507,15 @@ __attribute__((target("avx2"))) void encode_avx2(const QsgdEncodeSpan& j) {
     }
   }
   settle_ties<B>(j, c, ties);
-  if (B != 8) pack<B>(c, j.len, j.codes);
+  if constexpr (kVectorPackable<B>) {
+    pack_avx2<B>(c, j.len, j.codes);
+  } else if constexpr (B != 8) {
+    pack<B>(c, j.len, j.codes);
+  }
 }
 template <int B>
 __attribute__((target("avx2"))) QsgdSpanError decode_avx2(const QsgdDecodeSpan& j) {
-  return decode_span<B>(j);
+  return decode_span<B, kVectorPackable<B>>(j);
 }
 #endif
 
