@@ -21,13 +21,6 @@ const std::byte* MemorySource::view(uint64_t first, uint64_t count) {
   return count != 0 && reinterpret_cast<uintptr_t>(p) % esize == 0 ? p : nullptr;
 }
 
-Result<ByteBuffer> read_whole(TensorSource& src) {
-  GCZ_ASSIGN_OR_RETURN(uint64_t bytes, src.info().byte_size());
-  ByteBuffer out(bytes);
-  GCZ_RETURN_IF_ERROR(src.read(0, *src.info().numel(), out.data()));
-  return out;
-}
-
 Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan& plan,
                                            const std::function<void(uint64_t)>& progress, const EncodeExtras& extras) {
   const TensorInfo& t = src.info();

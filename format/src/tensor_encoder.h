@@ -24,9 +24,6 @@ class MemorySource : public TensorSource {
   const std::byte* data_;
 };
 
-// Reads a whole tensor from `src` into memory.
-Result<ByteBuffer> read_whole(TensorSource& src);
-
 // What encode() may do beyond the plain path (error feedback uses all of it).
 struct EncodeExtras {
   // Metrics compare x̂ with this whole tensor (same dtype as the source) instead of the source.
