@@ -300,8 +300,9 @@ class PowerSgdCodec final : public Codec {
     std::vector<float> q = start_q(d.m);
     power_iterate(w, d, r_, c_.iters, p, q);
     balance(e, d, r_, p, q);
-    GCZ_RETURN_IF_ERROR(p_.encode({d.n, r_}, p.data(), out.data(), context_));
-    GCZ_RETURN_IF_ERROR(q_.encode({d.m, r_}, q.data(), out.data() + p_.stream_count(), context_));
+    GCZ_RETURN_IF_ERROR(p_.encode({d.n, r_}, p.data(), out.data(), context_).with_context("powersgd"));
+    GCZ_RETURN_IF_ERROR(
+        q_.encode({d.m, r_}, q.data(), out.data() + p_.stream_count(), context_).with_context("powersgd"));
     last_ = CodecState{{d.m, r_}, std::move(q)};
     return Status::ok();
   }
@@ -311,8 +312,9 @@ class PowerSgdCodec final : public Codec {
     GCZ_ASSIGN_OR_RETURN(Dims d, dims_for(t));
     GCZ_RETURN_IF_ERROR(check_call(d, first, count, in.size()));
     std::vector<float> p(d.n * r_), q(d.m * r_);
-    GCZ_RETURN_IF_ERROR(p_.decode({d.n, r_}, in.data(), p.data(), context_));
-    GCZ_RETURN_IF_ERROR(q_.decode({d.m, r_}, in.data() + p_.stream_count(), q.data(), context_));
+    GCZ_RETURN_IF_ERROR(p_.decode({d.n, r_}, in.data(), p.data(), context_).with_context("powersgd"));
+    GCZ_RETURN_IF_ERROR(
+        q_.decode({d.m, r_}, in.data() + p_.stream_count(), q.data(), context_).with_context("powersgd"));
     reconstruct(p, q, d, r_, t.dtype, dst);
     return Status::ok();
   }
