@@ -134,14 +134,15 @@ TEST(Philox, BernoulliProbabilityIsWithinTwoToTheMinus17OfP) {
 }
 
 // The bulk generator of the quantizers writes exactly coarse8, whatever the start, length and
-// instruction set (AVX2, SSE2, scalar tails).
+// instruction set (AVX2 calls of 24 and of 8 blocks, the last through a buffer; SSE2; partial blocks).
 TEST(Philox, BulkCoarseDrawsMatchCoarse8) {
   const uint64_t seed = 0xfeedfacecafebeefull, key = 0x0f0f0f0f12345678ull;
   const Rng rng(seed, key, kStreamQsgdRounding);
   for (const bool avx2 : {true, false}) {
     allow_avx2_for_testing(avx2);
     for (const uint64_t first : {0ull, 1ull, 7ull, 16ull, 29ull, (1ull << 33) + 5}) {
-      for (const uint64_t n : {0ull, 1ull, 31ull, 63ull, 64ull, 65ull, 383ull, 384ull, 385ull, 1000ull, 4099ull}) {
+      for (const uint64_t n : {0ull, 1ull, 31ull, 63ull, 64ull, 65ull, 127ull, 128ull, 129ull, 383ull, 384ull, 385ull,
+                               400ull, 401ull, 512ull, 530ull, 1000ull, 4099ull}) {
         std::vector<uint8_t> d(n + 1, 0xAB);
         fill_coarse8(seed, key, kStreamQsgdRounding, first, n, d.data());
         for (uint64_t k = 0; k < n; ++k) {
@@ -185,7 +186,8 @@ TEST(Philox, BulkDrawsMatchBits) {
   for (const bool avx2 : {true, false}) {
     allow_avx2_for_testing(avx2);
     for (const uint64_t first : {0ull, 1ull, 3ull, 4ull, 4096ull, (1ull << 33) + 2}) {
-      for (const uint64_t n : {0ull, 1ull, 15ull, 16ull, 17ull, 95ull, 96ull, 97ull, 300ull, 4096ull}) {
+      for (const uint64_t n : {0ull, 1ull, 15ull, 16ull, 17ull, 31ull, 32ull, 33ull, 95ull, 96ull, 97ull, 100ull, 128ull,
+                               130ull, 300ull, 4096ull}) {
         std::vector<uint32_t> d(n + 1, 0xABCDABCDu);
         fill_draws32(seed, key, kStreamRandomK, first, n, d.data());
         for (uint64_t k = 0; k < n; ++k) {

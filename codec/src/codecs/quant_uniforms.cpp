@@ -155,23 +155,35 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blo
 
 namespace {
 
-// The coarse bytes (T = uint8_t) or 32-bit draws (T = uint32_t) first .. first + n - 1: one by one up
-// to a block boundary, then whole calls of the vector kernel, the rest of the AVX2 work through a buffer.
+// The coarse bytes (T = uint8_t) or 32-bit draws (T = uint32_t) first .. first + n - 1: a partial
+// first and last Philox block one block at a time, whole calls of the vector kernel in between, and
+// the rest of the AVX2 work in calls of 8 blocks (the last through a buffer), so that no more than
+// 7 blocks are made in vain.
 template <typename T>
 void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, T* d,
                 const float* touch) {
   constexpr uint64_t kPerBlock = 16 / sizeof(T);  // draws per Philox block
   const Rng rng(seed, tensor_key, purpose);
-  auto draw = [&rng](uint64_t i) -> T {
-    if constexpr (sizeof(T) == 1) return static_cast<T>(rng.coarse8(i));
-    return rng.bits(i);
+  // Draws [from, to) of block b (numbered within the block) to out.
+  auto block_draws = [&rng](uint64_t b, uint64_t from, uint64_t to, T* out) {
+    const Philox4x32 w = rng.block(b);
+    for (uint64_t j = from; j < to; ++j) {
+      if constexpr (sizeof(T) == 1) {
+        out[j - from] = static_cast<T>(w.v[j / 4] >> (8 * (j % 4)));
+      } else {
+        out[j - from] = w.v[j];
+      }
+    }
   };
   uint64_t k = 0;
-  for (; k < n && (first + k) % kPerBlock != 0; ++k) d[k] = draw(first + k);
+  if (const uint64_t at = first % kPerBlock; at != 0 && n > 0) {
+    k = std::min(n, kPerBlock - at);
+    block_draws(first / kPerBlock, at, at + k, d);
+  }
 #if defined(__x86_64__)
   const uint32_t k0 = static_cast<uint32_t>(seed ^ tensor_key), k1 = static_cast<uint32_t>((seed ^ tensor_key) >> 32);
   if (cpu_has_avx2()) {
-    constexpr uint64_t kPerCall = kPerBlock * kBlocksPerCall;
+    constexpr uint64_t kPerCall = kPerBlock * kBlocksPerCall, kPerSmallCall = kPerBlock * 8;
     Keys8 keys;
     make_keys8(k0, k1, purpose, 0, keys);
     for (; k + kPerCall <= n; k += kPerCall) {
@@ -182,16 +194,19 @@ void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t f
       }
       blocks_avx2<false>((first + k) / kPerBlock, nullptr, keys, d + k);
     }
-    if (n - k >= 4 * kPerBlock) {  // one more call for the rest, through a buffer
-      alignas(32) T rest[kPerCall];
-      blocks_avx2<false>((first + k) / kPerBlock, nullptr, keys, rest);
+    for (; k + kPerSmallCall <= n; k += kPerSmallCall) {
+      blocks_avx2<false, 2>((first + k) / kPerBlock, nullptr, keys, d + k);
+    }
+    if (n - k > kPerBlock) {  // more than one block left: one more small call, through a buffer
+      alignas(32) T rest[kPerSmallCall];
+      blocks_avx2<false, 2>((first + k) / kPerBlock, nullptr, keys, rest);
       std::memcpy(d + k, rest, (n - k) * sizeof(T));
       k = n;
     }
   }
   for (; k + 4 * kPerBlock <= n; k += 4 * kPerBlock) blocks4((first + k) / kPerBlock, k0, k1, purpose, d + k);
 #endif
-  for (; k < n; ++k) d[k] = draw(first + k);
+  for (; k < n; k += kPerBlock) block_draws((first + k) / kPerBlock, 0, std::min(kPerBlock, n - k), d + k);
 }
 
 }  // namespace
