@@ -35,11 +35,11 @@ GCZ_AVX2_INLINE __m256i in_pack_order(__m256i ordered) {
   return _mm256_permutevar8x32_epi32(ordered, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
 }
 
-// The span loops read their input once, in order, in spans of about 8K elements, and each span's
-// draws come first: the hardware prefetcher alone leaves the start of every span to wait for memory.
-// So each step of 32 elements also prefetches, into L2, the 128 bytes one span (8192 float32 values)
-// ahead, which then arrive while this span is worked on. (Prefetches past the end of the input do not
-// fault.)
+// TernGrad's span loops read their input once, in order, in spans of about 8K elements, and each
+// span's draws come first: the hardware prefetcher alone leaves the start of every span to wait for
+// memory. So each of their steps of 32 elements also prefetches, into L2, the 128 bytes one span
+// (8192 float32 values) ahead, which then arrive while this span is worked on. (Prefetches past the
+// end of the input do not fault.) QSGD's spans are short enough to need none (qsgd.cpp).
 inline constexpr long kPrefetchAhead = 8192;
 GCZ_AVX2_INLINE void prefetch_next_span(const float* x) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(x) + sizeof(float) * kPrefetchAhead;  // maybe past the end
@@ -47,10 +47,8 @@ GCZ_AVX2_INLINE void prefetch_next_span(const float* x) {
   _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T1);
 }
 
-// The 32 float32 values at x as bits, in four vectors, prefetching the next span's (the span loops'
-// step).
+// The 32 float32 values at x as bits, in four vectors (the span loops' step).
 GCZ_AVX2_INLINE void load32(const float* x, __m256i* xi) {
-  prefetch_next_span(x);
   for (int k = 0; k < 4; ++k) xi[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * k));
 }
 

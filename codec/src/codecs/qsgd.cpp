@@ -1,7 +1,13 @@
 // QSGD on the CPU: parameters, stream sizes, and the chunk loop. A chunk is processed in spans of whole
-// groups (about 8192 elements, so a span's input, draws and codes stay in L1/L2): the span's coarse
-// draw bytes from Philox (fill_coarse8), then the span loops of qsgd_span.cpp (scales, a branch-free
-// quantize loop per group, the rare fine draws, bit packing specialised per code width).
+// groups, about 1536 elements: the span's coarse draw bytes from Philox (fill_coarse8), then the span
+// loops of qsgd_span.cpp (scales, a branch-free quantize loop per group, the rare fine draws, bit
+// packing specialised per code width).
+//
+// Why spans this small: a span's input is first read by its scales, a quick pass, which a long span
+// leaves waiting on memory. 6 KiB of input is what the hardware prefetcher has already fetched while
+// the previous span was quantized, with no software prefetching at all. On 256 MiB of float32 that
+// is 3% (8 bits) to 10% (4 bits) faster than spans of 8192 elements with prefetches; spans above
+// about 2048 elements lose it; in cache the difference is within 4% either way.
 #include "codecs/qsgd.h"
 
 #include <algorithm>
@@ -18,7 +24,7 @@ namespace detail {
 namespace {
 
 constexpr char kName[] = "qsgd";
-constexpr uint64_t kSpanTarget = 8192;
+constexpr uint64_t kSpanTarget = 1536;
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
@@ -97,7 +103,7 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
       x = x_.data();
     }
     if (o_.stochastic) {
-      fill_coarse8(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data(), x);
+      fill_coarse8(context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a, len, u_.data());
     }
     const FineDraws fine{context_.seed, context_.tensor_key, kStreamQsgdRounding, first + a};
     qsgd_encode_span(o_.bits, {x, u_.data(), fine, len, o_.group, o_.l2_scale, o_.stochastic, o_.scale_dtype,

@@ -48,7 +48,7 @@ class QsgdCodec : public Codec {
  private:
   QsgdOptions o_;
   uint64_t unit_;  // lcm(group, 8)
-  uint64_t span_;  // elements per span: a multiple of unit_ near 8192
+  uint64_t span_;  // elements per span: a multiple of unit_ near 1536
   std::vector<float> x_, y_, step_, scale_;
   std::vector<uint8_t> u_, codes_, finite_;
   std::vector<uint32_t> ties_;

@@ -1,4 +1,4 @@
-// The CPU loops of QSGD over one span (a whole number of groups, ~8K elements): scales, quantize, pack;
+// The CPU loops of QSGD over one span (a whole number of groups, ~1.5K elements): scales, quantize, pack;
 // and unpack, dequantize. Specialised per code width, and compiled for SSE2 and AVX2 with the choice
 // made at run time; both give the same bytes (the same float32 operations, no FMA).
 //

@@ -448,6 +448,7 @@ GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t,
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m256i xi[4];
+    avx2::prefetch_next_span(x + i);
     avx2::load32(x + i, xi);
     uint32_t tie_mask;
     trits32_avx2<kStochastic>(xi, u + i, c, t + i, tie_mask);
@@ -483,6 +484,7 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
   if (c.vector) {
     uint32_t tie_mask;
     __m256i xi[4];
+    avx2::prefetch_next_span(j.x + i);
     avx2::load32(j.x + i, xi);
     trits32_avx2<kStochastic>(xi, j.u + i, c, j.scratch + i, tie_mask);
     if constexpr (kStochastic) note_ties(tie_mask, i, j.ties, ties);
