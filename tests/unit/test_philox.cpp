@@ -186,8 +186,9 @@ TEST(Philox, BulkDrawsMatchBits) {
   for (const bool avx2 : {true, false}) {
     allow_avx2_for_testing(avx2);
     for (const uint64_t first : {0ull, 1ull, 3ull, 4ull, 4096ull, (1ull << 33) + 2}) {
-      for (const uint64_t n : {0ull, 1ull, 15ull, 16ull, 17ull, 31ull, 32ull, 33ull, 95ull, 96ull, 97ull, 100ull, 128ull,
-                               130ull, 300ull, 4096ull}) {
+      for (const uint64_t n :
+           {0ull, 1ull, 15ull, 16ull, 17ull, 31ull, 32ull, 33ull, 95ull, 96ull, 97ull, 100ull, 128ull, 130ull, 300ull,
+            4096ull}) {
         std::vector<uint32_t> d(n + 1, 0xABCDABCDu);
         fill_draws32(seed, key, kStreamRandomK, first, n, d.data());
         for (uint64_t k = 0; k < n; ++k) {

@@ -4,10 +4,11 @@
 // packing specialised per code width).
 //
 // Why spans this small: a span's input is first read by its scales, a quick pass, which a long span
-// leaves waiting on memory. 6 KiB of input is what the hardware prefetcher has already fetched while
-// the previous span was quantized, with no software prefetching at all. On 256 MiB of float32 that
-// is 3% (8 bits) to 10% (4 bits) faster than spans of 8192 elements with prefetches; spans above
-// about 2048 elements lose it; in cache the difference is within 4% either way.
+// leaves waiting on memory. A span of 6 KiB of input, with no software prefetching at all, is in cache
+// by then (the hardware prefetcher, it seems, fetches that far ahead while the previous span is
+// quantized). On 256 MiB of float32 that is 3% (8 bits) to 10% (4 bits) faster than spans of 8192
+// elements with prefetches; spans above about 2048 elements lose it; in cache the difference is
+// within 4% either way (docs/PERFORMANCE.md, "Short QSGD spans").
 #include "codecs/qsgd.h"
 
 #include <algorithm>
