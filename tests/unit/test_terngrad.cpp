@@ -203,11 +203,12 @@ TEST(TernGrad, DrawsTheCoarseByteCannotSettle) {
     const float p = static_cast<float>(threshold) * 0x1p-17f;  // exact, below 1
     x[i] = i % 3 == 0 ? -p : p;
   }
-  for (uint64_t i = 0; i < n; i += 40) x[i] = 1.0f;  // s = 1 for the tensor and every group: p = |x|
-  // Groups of 40 end in 8 elements that take a vector step of their own.
+  // s = 1 for the tensor and every group: p = |x|.
+  for (uint64_t i = 0; i < n; ++i) x[i] = i % 40 == 0 || i % 36 == 0 ? 1.0f : x[i];
+  // Groups of 40 end in 8 elements, and groups of 36 in 4, that take a vector step of their own.
   for (const char* spec : {"terngrad:clip=0", "terngrad:clip=0,packing=2bit", "terngrad:clip=0,scale=group,group=320",
                            "terngrad:clip=0,scale=group,group=320,packing=2bit",
-                           "terngrad:clip=0,scale=group,group=40"}) {
+                           "terngrad:clip=0,scale=group,group=40", "terngrad:clip=0,scale=group,group=36"}) {
     for (const int avx2 : {1, 0}) {
       detail::allow_avx2_for_testing(avx2 == 1);
       auto c = make(spec, seed, key);

@@ -377,10 +377,10 @@ GCZ_AVX2_INLINE void codes32_avx2(const __m256i* xi, const uint8_t* u, __m256 in
 }
 
 // The codes of group x[0, n) (elements at .. at + n - 1 of the span) with stored scale `scale_value`;
-// the elements whose rounding waits for a fine byte are noted in ties (note_ties). More than
-// avx2::kScalarRest last (n mod 32) elements take a vector step of their own (avx2::load_rest; their
-// draw bytes are followed by others: u has room for 32 past any element). For a scale so small that
-// 2^17 inv overflows (below about s * 2^-111) the scalar loop does the whole group.
+// the elements whose rounding waits for a fine byte are noted in ties (note_ties). The last (n mod 32)
+// elements take a vector step of their own (avx2::load_rest; their draw bytes are followed by others:
+// u has room for 32 past any element). For a scale so small that 2^17 inv overflows (below about
+// s * 2^-111) the scalar loop does the whole group.
 template <int B, bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t* c, uint64_t n, float scale_value,
                                        const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
@@ -398,9 +398,7 @@ GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t
     if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
   }
   const uint64_t rest = n - i;
-  if (rest <= avx2::kScalarRest) {
-    return quantize_run<B, kStochastic>(x + i, u + i, c + i, rest, scale_value, fine, at + i);
-  }
+  if (rest == 0) return;
   __m256i xi[4];
   avx2::load_rest(x + i, rest, xi);
   alignas(32) uint8_t codes[32];

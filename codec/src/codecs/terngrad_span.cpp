@@ -437,9 +437,8 @@ GCZ_AVX2_INLINE void trits32_avx2(const __m256i* xi, const uint8_t* u, const Tri
 }
 
 // The trits of x[0, n), elements at .. at + n - 1 of the span; the elements whose draw waits for a
-// fine byte are noted in ties (note_ties). More than avx2::kScalarRest last (n mod 32) elements take a
-// vector step of their own (avx2::load_rest; their draw bytes are followed by others: u has room for
-// 32 past any element).
+// fine byte are noted in ties (note_ties). The last (n mod 32) elements take a vector step of their
+// own (avx2::load_rest; their draw bytes are followed by others: u has room for 32 past any element).
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t, uint64_t n, float s,
                                    const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
@@ -455,7 +454,7 @@ GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t,
     if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
   }
   const uint64_t rest = n - i;
-  if (rest <= avx2::kScalarRest) return trit_run<kStochastic>(x + i, u + i, t + i, rest, s, fine, at + i);
+  if (rest == 0) return;
   __m256i xi[4];
   avx2::load_rest(x + i, rest, xi);
   alignas(32) uint8_t trits[32];
