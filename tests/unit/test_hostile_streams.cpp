@@ -40,7 +40,7 @@ void mutate(const Codec& c, std::vector<ByteBuffer>& streams, std::mt19937_64& r
     case 3:
       for (std::size_t q = p; q < std::min(b.size(), p + 4); ++q) b[q] = std::byte{static_cast<unsigned char>(rng())};
       break;
-    default: {  // a float32 that no encoder writes as a scale or factor, at a 4-byte boundary
+    default: {  // at a 4-byte boundary, a float32 that is no valid scale, or an odd one
       const float bad[] = {NAN, INFINITY, -INFINITY, -1.0f, 3e38f, 1e-45f};
       const std::size_t q = p / 4 * 4;
       if (q + 4 <= b.size()) std::memcpy(b.data() + q, &bad[rng() % 6], 4);
