@@ -90,7 +90,7 @@ Status QsgdCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
   const uint64_t most = std::min(span_, count);
   x_.resize(t.dtype == DType::kFloat32 ? 0 : most);
   u_.resize(most + 32);  // also when unused: the quantize loops read it, up to 32 bytes past an element
-  ties_.resize(o_.stochastic ? most : 0);
+  ties_.resize(o_.stochastic ? tie_room(most, o_.group) : 0);
   scale_.resize(ceil_div(most, o_.group));
   finite_.resize(scale_.size());
   codes_.resize(most);

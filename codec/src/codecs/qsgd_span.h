@@ -28,7 +28,7 @@ struct QsgdEncodeSpan {
   float* scale;         // scratch: ceil(len / group) floats
   uint8_t* finite;      // scratch: ceil(len / group) flags
   uint8_t* scratch;     // scratch: len bytes (codes before packing)
-  uint32_t* ties;       // scratch: len words (note_ties: the elements whose rounding waits for a fine byte)
+  uint32_t* ties;       // scratch: tie_room(len, group) words (note_ties: roundings that wait for a fine byte)
   uint8_t* codes;       // out: ceil(len * bits / 8) bytes
 };
 

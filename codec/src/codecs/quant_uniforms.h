@@ -36,12 +36,15 @@ struct FineDraws {
 // The vector loops note the elements whose rounding waits for a fine byte as (first element, mask)
 // pairs, bit k of the mask for element first + k, without a branch (a tie is too rare to predict, and
 // too common to pay a misprediction for): a pair goes to ties[2 count], ties[2 count + 1], and is kept
-// when its mask is not zero. Room: two words per 32 elements.
+// when its mask is not zero. Room: tie_room words.
 [[gnu::always_inline]] inline void note_ties(uint32_t mask, uint64_t first, uint32_t* ties, uint64_t& count) {
   ties[2 * count] = static_cast<uint32_t>(first);
   ties[2 * count + 1] = mask;
   count += mask != 0 ? 1 : 0;
 }
+// The words note_ties may write for a span of len elements in groups of `group`: a pair per step of
+// 32 elements and per group (its last, partial step), whatever the masks.
+inline uint64_t tie_room(uint64_t len, uint64_t group) { return 2 * (len / 32 + (len + group - 1) / group); }
 
 // Calls settle(k, fine byte of k) for each element k noted in ties[0, 2 count), in batches whose fine
 // bytes come from one FineDraws::gather.

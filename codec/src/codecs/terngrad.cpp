@@ -136,7 +136,7 @@ void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t 
                                  float tensor_s, std::byte* trits, std::byte* scales, Scratch& w) {
   const uint64_t most = std::min(span_, b - a);
   w.u.resize(most + 32);  // also when unused: the trit loops read it, up to 32 bytes past an element
-  w.ties.resize(o_.stochastic ? most : 0);
+  w.ties.resize(o_.stochastic ? tie_room(most, piece_) : 0);
   w.trits.resize(most + 5);
   w.s.resize(std::max<uint64_t>(1, ceil_div(most, piece_)));
   if (!o_.group_scale) w.s[0] = tensor_s;

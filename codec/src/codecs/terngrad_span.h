@@ -53,7 +53,7 @@ struct TernGradEncodeSpan {
   bool stochastic;
   bool base3;
   uint8_t* scratch;     // len + 5 bytes
-  uint32_t* ties;       // scratch: len words (note_ties: the elements whose draw waits for a fine byte)
+  uint32_t* ties;       // scratch: tie_room(len, piece) words (note_ties: draws that wait for a fine byte)
   uint8_t* out;         // ceil(len / 5) or ceil(len / 4) bytes
 };
 void terngrad_encode_span(const TernGradEncodeSpan& job);
