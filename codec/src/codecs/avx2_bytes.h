@@ -1,5 +1,5 @@
-// AVX2 pieces the quantizers' span loops share (qsgd_span.cpp, terngrad_span.cpp): loading a step's
-// 32 values (a group's last few masked), narrowing 32 32-bit lanes to 32 bytes (values 0..255, or
+// AVX2 pieces the quantizers' span loops share (qsgd_span.cpp, terngrad_span.cpp): a group's walk in
+// steps of 32 values (its last few masked), narrowing 32 32-bit lanes to 32 bytes (values 0..255, or
 // signs and masks) in element order and back, and the max of eight int32 lanes. Each function is
 // force-inlined into AVX2 code only; include this file from x86-64 translation units.
 //
@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace gcz::detail::avx2 {
 
@@ -52,10 +53,6 @@ GCZ_AVX2_INLINE void load32(const float* x, __m256i* xi) {
   for (int k = 0; k < 4; ++k) xi[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * k));
 }
 
-// A group's last (n mod 32) elements: the span loops give them the same vector step as the others,
-// with the lanes past the group loaded as zeros, and keep only their results. Even for one element
-// this beats the scalar loops, whose rounding branches mispredict about every other time (on 16 MiB,
-// `qsgd:group=100,bits=4` took 1.13 ns per element with its last 4 scalar, 0.73 with a masked step).
 // x[0, rest) as bits in four vectors, zeros in the lanes from rest on (which are not read).
 GCZ_AVX2_INLINE void load_rest(const float* x, uint64_t rest, __m256i* xi) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -63,6 +60,34 @@ GCZ_AVX2_INLINE void load_rest(const float* x, uint64_t rest, __m256i* xi) {
     const __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rest) - 8 * k), lane);
     xi[k] = _mm256_castps_si256(_mm256_maskload_ps(x + 8 * k, in));
   }
+}
+
+// For the lambdas that steps32 calls: force-inlined AVX2 code like the functions here.
+#define GCZ_AVX2_LAMBDA __attribute__((always_inline, target("avx2")))
+
+// The span loops' walk over a group x[0, n): step(xi, i, bytes, keep) for each 32 elements from i,
+// given as bits, writes their 32 result bytes at bytes and notes ties only where `keep` has a bit
+// (the elements that exist). The last (n mod 32) elements get the same step, with the lanes past the
+// group loaded as zeros and the result through a buffer of which only they are kept. Even for one
+// element this beats the scalar loops, whose rounding branches mispredict about every other time
+// (on 16 MiB, `qsgd:group=100,bits=4` took 1.13 ns per element with its last 4 scalar, 0.73 so).
+// kPrefetch: each whole step also prefetches the next span (prefetch_next_span).
+template <bool kPrefetch, typename Step>
+GCZ_AVX2_INLINE void steps32(const float* x, uint64_t n, uint8_t* out, const Step& step) {
+  uint64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i xi[4];
+    if constexpr (kPrefetch) prefetch_next_span(x + i);
+    load32(x + i, xi);
+    step(xi, i, out + i, ~uint32_t{0});
+  }
+  const uint64_t rest = n - i;
+  if (rest == 0) return;
+  __m256i xi[4];
+  load_rest(x + i, rest, xi);
+  alignas(32) uint8_t bytes[32];
+  step(xi, i, bytes, (uint32_t{1} << rest) - 1);
+  std::memcpy(out + i, bytes, rest);
 }
 
 GCZ_AVX2_INLINE int32_t hmax_epi32(__m256i v) {

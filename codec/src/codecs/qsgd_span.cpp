@@ -378,9 +378,9 @@ GCZ_AVX2_INLINE void codes32_avx2(const __m256i* xi, const uint8_t* u, __m256 in
 
 // The codes of group x[0, n) (elements at .. at + n - 1 of the span) with stored scale `scale_value`;
 // the elements whose rounding waits for a fine byte are noted in ties (note_ties). The last (n mod 32)
-// elements take a vector step of their own (avx2::load_rest; their draw bytes are followed by others:
-// u has room for 32 past any element). For a scale so small that 2^17 inv overflows (below about
-// s * 2^-111) the scalar loop does the whole group.
+// elements take a masked step (avx2::steps32; their draw bytes are followed by others: u has room for
+// 32 past any element). For a scale so small that 2^17 inv overflows (below about s * 2^-111) the
+// scalar loop does the whole group.
 template <int B, bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t* c, uint64_t n, float scale_value,
                                        const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
@@ -389,23 +389,11 @@ GCZ_AVX2_INLINE void quantize_run_avx2(const float* x, const uint8_t* u, uint8_t
   const __m256 inv17 = _mm256_set1_ps(inv17_value);
   const __m256 s17 = _mm256_set1_ps(static_cast<float>(levels(B)) * 131072.0f);
   const __m256 scale_ge = _mm256_set1_ps(scale_value > 0.0f ? scale_value : __builtin_inff());
-  uint64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256i xi[4];
-    avx2::load32(x + i, xi);
+  avx2::steps32<false>(x, n, c, [&](const __m256i* xi, uint64_t i, uint8_t* codes, uint32_t keep) GCZ_AVX2_LAMBDA {
     uint32_t tie_mask;
-    codes32_avx2<B, kStochastic, kFinite>(xi, u + i, inv17, s17, scale_ge, c + i, tie_mask);
-    if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
-  }
-  const uint64_t rest = n - i;
-  if (rest == 0) return;
-  __m256i xi[4];
-  avx2::load_rest(x + i, rest, xi);
-  alignas(32) uint8_t codes[32];
-  uint32_t tie_mask;
-  codes32_avx2<B, kStochastic, kFinite>(xi, u + i, inv17, s17, scale_ge, codes, tie_mask);
-  if constexpr (kStochastic) note_ties(tie_mask & ((uint32_t{1} << rest) - 1), at + i, ties, count);
-  std::memcpy(c + i, codes, rest);
+    codes32_avx2<B, kStochastic, kFinite>(xi, u + i, inv17, s17, scale_ge, codes, tie_mask);
+    if constexpr (kStochastic) note_ties(tie_mask & keep, at + i, ties, count);
+  });
 }
 
 // The codes of the span's elements noted in ties[0, 2 count) (note_ties): qsgd::quantize with the

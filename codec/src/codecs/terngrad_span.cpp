@@ -437,31 +437,18 @@ GCZ_AVX2_INLINE void trits32_avx2(const __m256i* xi, const uint8_t* u, const Tri
 }
 
 // The trits of x[0, n), elements at .. at + n - 1 of the span; the elements whose draw waits for a
-// fine byte are noted in ties (note_ties). The last (n mod 32) elements take a vector step of their
-// own (avx2::load_rest; their draw bytes are followed by others: u has room for 32 past any element).
+// fine byte are noted in ties (note_ties). The last (n mod 32) elements take a masked step
+// (avx2::steps32; their draw bytes are followed by others: u has room for 32 past any element).
 template <bool kStochastic>
 GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t, uint64_t n, float s,
                                    const FineDraws& fine, uint64_t at, uint32_t* ties, uint64_t& count) {
   const TritScale c = trit_scale<kStochastic>(s);
   if (!c.vector) return trit_run<kStochastic>(x, u, t, n, s, fine, at);
-  uint64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256i xi[4];
-    avx2::prefetch_next_span(x + i);
-    avx2::load32(x + i, xi);
+  avx2::steps32<true>(x, n, t, [&](const __m256i* xi, uint64_t i, uint8_t* trits, uint32_t keep) GCZ_AVX2_LAMBDA {
     uint32_t tie_mask;
-    trits32_avx2<kStochastic>(xi, u + i, c, t + i, tie_mask);
-    if constexpr (kStochastic) note_ties(tie_mask, at + i, ties, count);
-  }
-  const uint64_t rest = n - i;
-  if (rest == 0) return;
-  __m256i xi[4];
-  avx2::load_rest(x + i, rest, xi);
-  alignas(32) uint8_t trits[32];
-  uint32_t tie_mask;
-  trits32_avx2<kStochastic>(xi, u + i, c, trits, tie_mask);
-  if constexpr (kStochastic) note_ties(tie_mask & ((uint32_t{1} << rest) - 1), at + i, ties, count);
-  std::memcpy(t + i, trits, rest);
+    trits32_avx2<kStochastic>(xi, u + i, c, trits, tie_mask);
+    if constexpr (kStochastic) note_ties(tie_mask & keep, at + i, ties, count);
+  });
 }
 
 // The 32 base3 bytes of the 160 trits at t, unrolled: four instructions a byte.
