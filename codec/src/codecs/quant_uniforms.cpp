@@ -169,7 +169,7 @@ void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t f
     const Philox4x32 w = rng.block(b);
     for (uint64_t j = from; j < to; ++j) {
       if constexpr (sizeof(T) == 1) {
-        out[j - from] = static_cast<T>(w.v[j / 4] >> (8 * (j % 4)));
+        out[j - from] = static_cast<T>(block_byte(w, static_cast<uint32_t>(j)));
       } else {
         out[j - from] = w.v[j];
       }

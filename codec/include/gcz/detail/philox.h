@@ -43,6 +43,9 @@ GCZ_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t 
   return {{c0, c1, c2, c3}};
 }
 
+// Byte k (0..15) of a block: byte k mod 4 of word k / 4, little-endian.
+GCZ_HD uint32_t block_byte(const Philox4x32& w, uint32_t k) { return (w.v[k / 4] >> (8 * (k % 4))) & 0xFFu; }
+
 // Purposes: one counter stream per kind of draw, so draws of different kinds never coincide.
 // Fixed values (docs/CODECS.md); never reuse one.
 inline constexpr uint32_t kStreamQsgdRounding = 1;
@@ -70,10 +73,8 @@ class Rng {
   }
   GCZ_HD uint32_t bits(uint64_t i) const { return block(i >> 2).v[i & 3]; }
 
-  // Byte i mod 16 of block i / 16 of sub-stream `sub` (byte k of a block is byte k mod 4 of word k / 4).
-  GCZ_HD uint32_t byte(uint64_t i, uint32_t sub) const {
-    return (block(i >> 4, sub).v[(i >> 2) & 3] >> (8 * (i & 3))) & 0xFFu;
-  }
+  // Byte i mod 16 (block_byte) of block i / 16 of sub-stream `sub`.
+  GCZ_HD uint32_t byte(uint64_t i, uint32_t sub) const { return block_byte(block(i >> 4, sub), i & 15); }
   GCZ_HD uint32_t coarse8(uint64_t i) const { return byte(i, 0); }
   GCZ_HD uint32_t fine8(uint64_t i) const { return byte(i, 1); }
   GCZ_HD uint16_t draw16(uint64_t i) const { return static_cast<uint16_t>((coarse8(i) << 8) | fine8(i)); }
