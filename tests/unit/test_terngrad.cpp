@@ -329,7 +329,7 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   // Data sets: all finite; non-finite early and late (the moments' checked blocks); a non-finite
   // first element (K is found later); subnormals, huge values, zeros, a constant stretch and -0.
-  std::vector<std::vector<float>> sets(6, gaussian(n, 73));
+  std::vector<std::vector<float>> sets(7, gaussian(n, 73));
   sets[1][10] = inf;
   sets[1][9000] = nan;
   sets[1][n - 3] = -inf;
@@ -340,10 +340,11 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   for (uint64_t i = 2600; i < 3000; ++i) sets[3][i] = -1.25f;
   for (uint64_t i = 3000; i < 3100; ++i) sets[3][i] *= 1e30f;
   sets[3][5000] = -0.0f;
-  // Scales near the top of the range (1 / s is subnormal) and below 2^-110 (the vector loops' scaled
-  // 1 / s would overflow: the scalar loop takes over).
+  // Scales near the top of the range (1 / s is subnormal), below 2^-119 (the vector loops' scaled
+  // 1 / s would overflow: the scalar loop takes over) and just above it (the vector loops).
   for (float& v : sets[4]) v *= 5e37f;
-  for (float& v : sets[5]) v *= 1e-36f;
+  for (float& v : sets[5]) v *= 1e-37f;
+  for (float& v : sets[6]) v *= 1e-36f;
   for (std::size_t d = 0; d < sets.size(); ++d) {
     const std::vector<float>& x = sets[d];
     for (const char* spec :

@@ -373,10 +373,11 @@ __attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint6
 }
 
 // One scale's constants for the trit loops, broadcast. The vector loops compute p times `pscale`:
-// inv for deterministic rounding, inv * 2^17 for stochastic, where they test floor(2^17 p) > 2 d. The
-// products are those of terngrad::trit exactly scaled by 2^17 (a power of two commutes with the
-// rounding of a product in the normal range, and a subnormal p gives floor 0 either way), unless
-// inv * 2^17 overflows (s < 2^-110): `vector` is false then and the scalar loop runs.
+// inv for deterministic rounding, inv * 2^8 for stochastic, where floor(2^8 p) is the top byte of the
+// draw's threshold floor(2^17 p) / 2 (terngrad::trit_drawn). The products are those of terngrad::trit
+// exactly scaled by 2^8 (a power of two commutes with the rounding of a product in the normal range,
+// and a subnormal p gives floor 0 either way), unless inv * 2^8 overflows (s < 2^-119): `vector` is
+// false then and the scalar loop runs.
 //
 // The vector loops also skip trit()'s rule p = 1 for a = s: there p = s * fl(1 / s) >= 1 - 2^-20
 // (1 / s may be subnormal), which is >= 0.5, and whose threshold byte is 255 (as for p = 1 once
@@ -388,7 +389,7 @@ struct TritScale {
 template <bool kStochastic>
 GCZ_AVX2_INLINE TritScale trit_scale(float s) {
   const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-  const float pscale = kStochastic ? inv * 131072.0f : inv;
+  const float pscale = kStochastic ? inv * 256.0f : inv;
   return {_mm256_set1_ps(s), _mm256_set1_ps(pscale), pscale <= 3.40282346638528859812e+38f};
 }
 
@@ -400,39 +401,52 @@ GCZ_AVX2_INLINE __m256 p8_avx2(__m256i xi, const TritScale& c, __m256i& finite) 
   return _mm256_mul_ps(_mm256_min_ps(y, c.s), c.pscale);
 }
 
-// The trits of the 32 elements whose bits are xi, as bytes at t: terngrad::trit<kStochastic> lane by
-// lane. The elements' bits are packed to bytes (the signed saturating packs keep each sign); a nonzero
-// trit has |x| > 0, so its sign is x's sign bit: 1 - (x < 0 ? -1 : 0) is kPlus or kMinus.
-// Deterministic: the nonzero masks are packed alike. Stochastic: floor(2^17 p) >> 9 narrows to a byte
-// d, the top byte of the draw's threshold (terngrad::trit_drawn), which the coarse draw bytes u meet:
-// u < d is nonzero, u > d zero, and u = d (one element in 256) stays zero here and is noted in
-// tie_mask (bit k for element k) for its fine byte to settle. The packs saturate d = 256 (p = 1) to
-// 255, which is still exact: every u below 255 is nonzero then, and u = 255 is settled.
+// Which of the 32 elements whose bits are xi have a nonzero trit (terngrad::trit<kStochastic> lane by
+// lane), as a byte mask in the packs' interleaved order (avx2::pack_interleaved): 0xFF where the trit
+// is zero (stochastic) or where it is nonzero (deterministic); nonzero_only applies it.
+// Stochastic: floor(2^8 p) narrows to a byte d, which the coarse draw bytes u meet: u < d is nonzero,
+// u > d zero, and u = d (one element in 256) stays zero here and is noted in tie_mask (bit k for
+// element k) for its fine byte to settle. The packs saturate d = 256 (p = 1) to 255, which is still
+// exact: every u below 255 is nonzero then, and u = 255 is settled. A non-finite x has d = 0.
+// Deterministic: p >= 1/2 and x finite.
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trits32_avx2(const __m256i* xi, const uint8_t* u, const TritScale& c, uint8_t* t,
-                                  uint32_t& tie_mask) {
+GCZ_AVX2_INLINE __m256i trit_mask32(const __m256i* xi, const uint8_t* u, const TritScale& c, uint32_t& tie_mask) {
   __m256i fin[4];
   __m256 p[4];
   for (int k = 0; k < 4; ++k) p[k] = p8_avx2(xi[k], c, fin[k]);
-  const __m256i signs = avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]);
-  const __m256i code = _mm256_sub_epi8(_mm256_set1_epi8(1), _mm256_cmpgt_epi8(_mm256_setzero_si256(), signs));
-  __m256i trits;
   if constexpr (kStochastic) {
-    __m256i top[4];  // 0 for a non-finite x: its trit is zero (or settled as a tie, to zero)
-    for (int k = 0; k < 4; ++k) top[k] = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvttps_epi32(p[k]), 9), fin[k]);
-    const __m256i d = _mm256_packus_epi16(_mm256_packus_epi32(top[0], top[1]), _mm256_packus_epi32(top[2], top[3]));
+    __m256i top[4];
+    for (int k = 0; k < 4; ++k) top[k] = _mm256_and_si256(_mm256_cvttps_epi32(p[k]), fin[k]);
+    const __m256i d = avx2::pack_interleaved(top[0], top[1], top[2], top[3]);
     const __m256i draws = avx2::in_pack_order(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
     tie_mask = static_cast<uint32_t>(_mm256_movemask_epi8(avx2::in_element_order(_mm256_cmpeq_epi8(d, draws))));
-    const __m256i zero = _mm256_cmpeq_epi8(_mm256_subs_epu8(d, draws), _mm256_setzero_si256());  // u >= d
-    trits = _mm256_andnot_si256(zero, code);
+    return _mm256_cmpeq_epi8(_mm256_subs_epu8(d, draws), _mm256_setzero_si256());  // u >= d
   } else {
     tie_mask = 0;
     __m256i on[4];
     for (int k = 0; k < 4; ++k) {
       on[k] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(p[k], _mm256_set1_ps(0.5f), _CMP_GE_OQ)), fin[k]);
     }
-    trits = _mm256_and_si256(avx2::pack_signed_interleaved(on[0], on[1], on[2], on[3]), code);
+    return avx2::pack_signed_interleaved(on[0], on[1], on[2], on[3]);
   }
+}
+template <bool kStochastic>
+GCZ_AVX2_INLINE __m256i nonzero_only(__m256i mask, __m256i v) {
+  return kStochastic ? _mm256_andnot_si256(mask, v) : _mm256_and_si256(mask, v);
+}
+
+// The elements' sign bits as bytes in the packs' order (the signed saturating packs keep each sign). A
+// nonzero trit has |x| > 0, so its sign is x's sign bit.
+GCZ_AVX2_INLINE __m256i signs32(const __m256i* xi) { return avx2::pack_signed_interleaved(xi[0], xi[1], xi[2], xi[3]); }
+
+// The trits of the 32 elements whose bits are xi, as bytes at t: 1 - (x < 0 ? -1 : 0) is kPlus or
+// kMinus where the trit is nonzero.
+template <bool kStochastic>
+GCZ_AVX2_INLINE void trits32_avx2(const __m256i* xi, const uint8_t* u, const TritScale& c, uint8_t* t,
+                                  uint32_t& tie_mask) {
+  const __m256i mask = trit_mask32<kStochastic>(xi, u, c, tie_mask);
+  const __m256i code = _mm256_sub_epi8(_mm256_set1_epi8(1), _mm256_cmpgt_epi8(_mm256_setzero_si256(), signs32(xi)));
+  const __m256i trits = nonzero_only<kStochastic>(mask, code);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), avx2::in_element_order(trits));
 }
 
@@ -451,22 +465,106 @@ GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t,
   });
 }
 
-// The 32 base3 bytes of the 160 trits at t, unrolled: four instructions a byte.
-GCZ_CPU_INLINE void pack_base3_160(const uint8_t* t, uint8_t* out) {
-#pragma GCC unroll 32
-  for (int k = 0; k < 32; ++k) out[k] = pack_base3_word(t + 5 * k);
+// Base3 in vectors. A round of 160 elements (five steps of 32) packs into 32 bytes: byte m holds
+// the trits of elements 5m .. 5m + 4 as t0 + 3 t1 + 9 t2 + 27 t3 + 81 t4. Each step makes its trits
+// already times their weights, w = t * 3^(e mod 5) for element e of the round (kPlus = 1 gives the
+// weight, kMinus = 2 twice it), and byte m is then the sum of w over its five elements.
+
+// The weight 3^(e mod 5) of each byte of step k, in the packs' interleaved order: byte b of the step
+// holds element 8 ((b mod 16) / 4) + 4 (b / 16) + b mod 4 of it (avx2::pack_interleaved), and that
+// element is 32 k + it of the round. w[1] holds the weights times two.
+struct Base3Weights {
+  alignas(32) uint8_t w[2][5][32];
+  constexpr Base3Weights() : w{} {
+    constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+    for (int k = 0; k < 5; ++k) {
+      for (int b = 0; b < 32; ++b) {
+        const int e = 32 * k + 8 * ((b % 16) / 4) + 4 * (b / 16) + b % 4;
+        w[0][k][b] = kPow3[e % 5];
+        w[1][k][b] = static_cast<uint8_t>(2 * kPow3[e % 5]);
+      }
+    }
+  }
+};
+constexpr Base3Weights kBase3Weights;
+
+// The compaction of a round: for the window sums of 16-byte piece q (S below), byte j of a lane takes
+// byte 5 j - 16 q of the piece where that lies in it (output j of the lane begins there), else 0.
+struct Base3Picks {
+  alignas(32) int8_t at[5][32];
+  constexpr Base3Picks() : at{} {
+    for (int q = 0; q < 5; ++q) {
+      for (int b = 0; b < 32; ++b) {
+        const int from = 5 * (b % 16) - 16 * q;
+        at[q][b] = static_cast<int8_t>(from >= 0 && from < 16 ? from : -128);
+      }
+    }
+  }
+};
+constexpr Base3Picks kBase3Picks;
+
+GCZ_AVX2_INLINE __m256i load256(const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
+
+// The weighted trits of the 32 elements whose bits are xi (step k of a round), in element order.
+template <bool kStochastic>
+GCZ_AVX2_INLINE __m256i weighted32_avx2(const __m256i* xi, const uint8_t* u, const TritScale& c, int k,
+                                        uint32_t& tie_mask) {
+  const __m256i mask = trit_mask32<kStochastic>(xi, u, c, tie_mask);
+  const __m256i w = _mm256_blendv_epi8(load256(kBase3Weights.w[0][k]), load256(kBase3Weights.w[1][k]), signs32(xi));
+  return avx2::in_element_order(nonzero_only<kStochastic>(mask, w));
 }
 
-// One step of 32 trits at element i of a span whose pieces hold whole steps: g is the step's scale,
-// `left` the elements left in its piece, c its constants; ties as for trit_run_avx2.
+// The same from 32 trits in element order (the scalar loop's).
+GCZ_AVX2_INLINE __m256i weigh_trits(__m256i t, int k) {
+  const __m256i w = avx2::in_element_order(load256(kBase3Weights.w[0][k]));
+  const __m256i plus = _mm256_cmpeq_epi8(t, _mm256_set1_epi8(kPlus));
+  const __m256i minus = _mm256_cmpeq_epi8(t, _mm256_set1_epi8(kMinus));
+  return _mm256_or_si256(_mm256_and_si256(plus, w), _mm256_and_si256(minus, _mm256_add_epi8(w, w)));
+}
+
+// The 32 bytes of a round from its weighted trits w[0..4] (160 bytes in element order). With the
+// round cut into 16-byte pieces C0 .. C9, the vectors Y_q = (C_q, C_q+5) put pieces q and q + 5 in
+// the two lanes, so that every lane-wise step below works on both halves of the round at once. In
+// each lane, S[b] = Y[b] + .. + Y[b + 4] (reading on into Y_q+1): A[b] = Y[b] + Y[b + 1], then
+// A[b] + A[b + 2] + Y[b + 4]. The bytes wrap, but an output's five weighted trits sum to at most
+// 2 (81 + 27 + 9 + 3 + 1) = 242. Output m of a lane is S at 5 m, picked from the piece that holds it
+// (kBase3Picks). The windows that read past piece 4 (and 9) start at bytes 12 and on of it, and no
+// output starts there (5 m - 64 is 1, 6 or 11), so Y_4 stands in for the missing Y_5.
+GCZ_AVX2_INLINE __m256i base3_round(const __m256i* w) {
+  __m256i y[6];
+  y[0] = _mm256_blend_epi32(w[0], w[2], 0xF0);      // C0 C5
+  y[1] = _mm256_permute2x128_si256(w[0], w[3], 0x21);  // C1 C6
+  y[2] = _mm256_blend_epi32(w[1], w[3], 0xF0);      // C2 C7
+  y[3] = _mm256_permute2x128_si256(w[1], w[4], 0x21);  // C3 C8
+  y[4] = _mm256_blend_epi32(w[2], w[4], 0xF0);      // C4 C9
+  y[5] = y[4];
+  __m256i a[6], out = _mm256_setzero_si256();
+  for (int q = 0; q < 5; ++q) a[q] = _mm256_add_epi8(y[q], _mm256_alignr_epi8(y[q + 1], y[q], 1));
+  a[5] = a[4];
+  for (int q = 0; q < 5; ++q) {
+    const __m256i b = _mm256_add_epi8(a[q], _mm256_alignr_epi8(a[q + 1], a[q], 2));
+    const __m256i sum = _mm256_add_epi8(b, _mm256_alignr_epi8(y[q + 1], y[q], 4));
+    out = _mm256_or_si256(out, _mm256_shuffle_epi8(sum, load256(kBase3Picks.at[q])));
+  }
+  return out;
+}
+
+// Moves to the scale of the step of 32 elements about to start in a span whose pieces hold whole
+// steps: g is the piece's scale, `left` the elements left in it, c its constants.
 template <bool kStochastic>
-GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t& g, uint64_t& left, TritScale& c,
-                               uint64_t& ties) {
+GCZ_AVX2_INLINE void step_scale(const TernGradEncodeSpan& j, uint64_t& g, uint64_t& left, TritScale& c) {
   if (left == 0) {
     c = trit_scale<kStochastic>(j.scales[++g]);
     left = j.piece;
   }
   left -= 32;
+}
+
+// One step of 32 trits at element i, into the scratch; ties as for trit_run_avx2.
+template <bool kStochastic>
+GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t& g, uint64_t& left, TritScale& c,
+                               uint64_t& ties) {
+  step_scale<kStochastic>(j, g, left, c);
   if (c.vector) {
     uint32_t tie_mask;
     __m256i xi[4];
@@ -479,10 +577,29 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
   }
 }
 
+// Step k of the round at element i, as weighted trits; ties as for trit_run_avx2.
+template <bool kStochastic>
+GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, int k, uint64_t& g, uint64_t& left,
+                                      TritScale& c, uint64_t& ties) {
+  step_scale<kStochastic>(j, g, left, c);
+  if (c.vector) {
+    uint32_t tie_mask;
+    __m256i xi[4];
+    avx2::prefetch_next_span(j.x + i);
+    avx2::load32(j.x + i, xi);
+    const __m256i w = weighted32_avx2<kStochastic>(xi, j.u + i, c, k, tie_mask);
+    if constexpr (kStochastic) note_ties(tie_mask, i, j.ties, ties);
+    return w;
+  }
+  alignas(32) uint8_t t[32];
+  trit_run<kStochastic>(j.x + i, j.u + i, t, 32, j.scales[g], j.fine, i);
+  return weigh_trits(load256(t), k);
+}
+
 // When every scale's piece holds whole steps of 32 (a tensor scale, a group that holds the span, or
-// a group size that is a multiple of 32), base3 packing runs inside the trit loop, one round of five
-// steps (160 trits, 32 bytes) behind it: its scalar multiplies then overlap the vector work, and
-// reading bytes not long stored does not stall on store forwarding. Returns the ties noted.
+// a group size that is a multiple of 32), whole rounds of 160 elements go from the input to their 32
+// packed bytes in registers; the rest of the span takes the trit scratch and the scalar packing.
+// Returns the ties noted.
 template <bool kStochastic>
 GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
   const TernGradEncodeSpan j = span;  // a copy: the byte stores cannot alias its fields
@@ -490,14 +607,15 @@ GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
   TritScale c = trit_scale<kStochastic>(j.scales[0]);
   uint64_t i = 0;
   for (; i + 160 <= j.len; i += 160) {
-    for (uint64_t k = 0; k < 160; k += 32) trit_step<kStochastic>(j, i + k, g, left, c, ties);
-    if (i > 0) pack_base3_160(j.scratch + i - 160, j.out + (i - 160) / 5);
+    __m256i w[5];
+    for (int k = 0; k < 5; ++k) w[k] = weighted_step<kStochastic>(j, i + 32 * k, k, g, left, c, ties);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
   }
+  const uint64_t rounds = i;
   for (; i + 32 <= j.len; i += 32) trit_step<kStochastic>(j, i, g, left, c, ties);
   if (left == 0 && i < j.len) ++g;
   trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, j.len - i, j.scales[g], j.fine, i);  // the last (len mod 32)
-  const uint64_t packed = j.len >= 160 ? (j.len / 160 - 1) * 32 : 0;  // bytes written to out
-  pack(true, j.scratch + 5 * packed, j.len - 5 * packed, j.out + packed);
+  pack(true, j.scratch + rounds, j.len - rounds, j.out + rounds / 5);
   return ties;
 }
 
