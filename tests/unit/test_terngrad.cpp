@@ -193,9 +193,9 @@ TEST(TernGrad, TritDrawnIsTritWithTheWholeDraw) {
 // and the fine byte decides): the vector loops note each one and settle it in the packed bytes with
 // the whole 16-bit draw, so the trits are still those of the documented draws, for both packings,
 // tensor and group scales, groups whose last elements take a masked vector step, and either
-// instruction set.
+// instruction set. The tensor spans three of the codec's spans (65280 elements), the last partial.
 TEST(TernGrad, DrawsTheCoarseByteCannotSettle) {
-  const uint64_t n = 4103, seed = 31, key = 4;
+  const uint64_t n = 140003, seed = 31, key = 4;
   const detail::Rng rng(seed, key, detail::kStreamTernGrad);
   std::vector<float> x(n);
   for (uint64_t i = 0; i < n; ++i) {
@@ -325,7 +325,7 @@ TEST(TernGrad, ChunkedEncodeEqualsWholeEncode) {
 
 // The SSE2 and AVX2 loops (chosen at run time) write the same bytes and decode to the same values.
 TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
-  const uint64_t n = 20011;
+  const uint64_t n = 150011;  // three of the codec's spans (65280 elements), the last partial
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   // Data sets: all finite; non-finite early and late (the moments' checked blocks); a non-finite
   // first element (K is found later); subnormals, huge values, zeros, a constant stretch and -0.

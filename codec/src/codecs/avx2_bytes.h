@@ -36,11 +36,11 @@ GCZ_AVX2_INLINE __m256i in_pack_order(__m256i ordered) {
   return _mm256_permutevar8x32_epi32(ordered, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
 }
 
-// TernGrad's span loops read their input once, in order, in spans of about 8K elements, and each
-// span's draws come first: the hardware prefetcher alone leaves the start of every span to wait for
-// memory. So each of their steps of 32 elements also prefetches, into L2, the 128 bytes one span
-// (8192 float32 values) ahead, which then arrive while this span is worked on. (Prefetches past the
-// end of the input do not fault.) QSGD's spans are short enough to need none (qsgd.cpp).
+// TernGrad's span loops read their input once, in order, and each span's draws come first: the
+// hardware prefetcher alone leaves the start of every span to wait for memory. So each of their
+// steps of 32 elements also prefetches, into L2, the 128 bytes 8192 float32 values ahead, and the
+// next span's start arrives while this span ends. (Prefetches past the end of the input do not
+// fault.) QSGD's spans are short enough to need none (qsgd.cpp).
 inline constexpr long kPrefetchAhead = 8192;
 GCZ_AVX2_INLINE void prefetch_next_span(const float* x) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(x) + sizeof(float) * kPrefetchAhead;  // maybe past the end
