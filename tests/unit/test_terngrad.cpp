@@ -340,8 +340,8 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   for (uint64_t i = 2600; i < 3000; ++i) sets[3][i] = -1.25f;
   for (uint64_t i = 3000; i < 3100; ++i) sets[3][i] *= 1e30f;
   sets[3][5000] = -0.0f;
-  // Scales near the top of the range (1 / s is subnormal), below 2^-119 (the vector loops' scaled
-  // 1 / s would overflow: the scalar loop takes over) and just above it (the vector loops).
+  // Scales near the top of the range (1 / s is subnormal), at the smallest scale 2^-120 (the vector
+  // loops' scaled 1 / s would overflow: the scalar loop takes over) and above it (the vector loops).
   for (float& v : sets[4]) v *= 5e37f;
   for (float& v : sets[5]) v *= 1e-37f;
   for (float& v : sets[6]) v *= 1e-36f;

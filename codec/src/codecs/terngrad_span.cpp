@@ -376,8 +376,8 @@ __attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint6
 // inv for deterministic rounding, inv * 2^8 for stochastic, where floor(2^8 p) is the top byte of the
 // draw's threshold floor(2^17 p) / 2 (terngrad::trit_drawn). The products are those of terngrad::trit
 // exactly scaled by 2^8 (a power of two commutes with the rounding of a product in the normal range,
-// and a subnormal p gives floor 0 either way), unless inv * 2^8 overflows (s < 2^-119): `vector` is
-// false then and the scalar loop runs.
+// and a subnormal p gives floor 0 either way), unless inv * 2^8 overflows (s = 2^-120, the smallest
+// scale, or next to it): `vector` is false then and the scalar loop runs.
 //
 // The vector loops also skip trit()'s rule p = 1 for a = s: there p = s * fl(1 / s) >= 1 - 2^-20
 // (1 / s may be subnormal), which is >= 0.5, and whose threshold byte is 255 (as for p = 1 once
