@@ -101,7 +101,8 @@ unsigned TernGradCodec::parts(uint64_t count) const {
 // over all the blocks: the largest power of two below any block count above a super-block is a
 // whole number of super-blocks, so every split of the tree falls between super-blocks. Threads then
 // take super-blocks without changing a bit.
-float TernGradCodec::tensor_scale(const TensorInfo& t, const void* src, uint64_t count, unsigned parts) {
+TernGradCodec::TensorScale TernGradCodec::tensor_scale(const TensorInfo& t, const void* src, uint64_t count,
+                                                       unsigned parts) {
   TernGradMoments total;
   for (uint64_t a = 0; a < count && !total.has_shift; a += kMomentSpan) {
     const uint64_t len = std::min(kMomentSpan, count - a);
@@ -132,28 +133,29 @@ float TernGradCodec::tensor_scale(const TensorInfo& t, const void* src, uint64_t
     total.finite += b.finite;
     total.max_bits = std::max(total.max_bits, b.max_bits);
   }
-  return total.scale(o_.clip);
+  return {total.scale(o_.clip), total.finite == count};
 }
 
 void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t first, uint64_t a, uint64_t b,
-                                 float tensor_s, std::byte* trits, std::byte* scales, Scratch& w) {
+                                 const TensorScale& whole, std::byte* trits, std::byte* scales, Scratch& w) {
   const uint64_t most = std::min(span_, b - a);
   w.u.resize(most + 32);  // also when unused: the trit loops read it, up to 32 bytes past an element
   w.ties.resize(o_.stochastic ? tie_room(most, piece_) : 0);
   w.trits.resize(most + 5);
   w.s.resize(std::max<uint64_t>(1, ceil_div(most, piece_)));
-  if (!o_.group_scale) w.s[0] = tensor_s;
+  if (!o_.group_scale) w.s[0] = whole.s;
   const uint64_t per_byte = o_.base3 ? 5 : 4;
   for (; a < b; a += span_) {
     const uint64_t len = std::min(span_, b - a);
     const float* x = span_values(t, src, a, len, w.x);
+    bool finite = whole.finite;
     if (o_.group_scale) {
-      terngrad_group_scales(x, len, o_.group, o_.clip, w.s.data());
+      finite = terngrad_group_scales(x, len, o_.group, o_.clip, w.s.data());
       std::memcpy(scales + a / o_.group * 4, w.s.data(), ceil_div(len, o_.group) * 4);
     }
     if (o_.stochastic) fill_coarse8(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, w.u.data(), x);
     const FineDraws fine{context_.seed, context_.tensor_key, kStreamTernGrad, first + a};
-    terngrad_encode_span({x, w.u.data(), fine, len, piece_, w.s.data(), o_.stochastic, o_.base3,
+    terngrad_encode_span({x, w.u.data(), fine, len, piece_, w.s.data(), o_.stochastic, o_.base3, finite,
                           w.trits.data(), w.ties.data(), reinterpret_cast<uint8_t*>(trits + a / per_byte)});
   }
 }
@@ -171,13 +173,13 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
   out[1].resize(scale_old + scale_bytes);
   const unsigned n = parts(count);
   scratch_.resize(std::max<std::size_t>(scratch_.size(), n));
-  float tensor_s = 0.0f;
+  TensorScale whole;
   if (!o_.group_scale && count > 0) {
-    tensor_s = tensor_scale(t, src, count, n);
-    std::memcpy(out[1].data() + scale_old, &tensor_s, 4);
+    whole = tensor_scale(t, src, count, n);
+    std::memcpy(out[1].data() + scale_old, &whole.s, 4);
   }
   run_parts(n, count, span_, [&](unsigned k, uint64_t a, uint64_t b) {
-    encode_spans(t, src, first, a, b, tensor_s, out[0].data() + trit_old, out[1].data() + scale_old, scratch_[k]);
+    encode_spans(t, src, first, a, b, whole, out[0].data() + trit_old, out[1].data() + scale_old, scratch_[k]);
   });
   return Status::ok();
 }

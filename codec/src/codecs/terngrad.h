@@ -55,11 +55,16 @@ class TernGradCodec : public Codec {
   // The span [a, a + len) of the input as float32 (converted into buf unless already float32).
   static const float* span_values(const TensorInfo& t, const void* src, uint64_t a, uint64_t len,
                                   std::vector<float>& buf);
-  // s of the whole tensor from its moments, computed in `parts` parts.
-  float tensor_scale(const TensorInfo& t, const void* src, uint64_t count, unsigned parts);
+  // A tensor scale: s, and whether every element is finite (the moments count them).
+  struct TensorScale {
+    float s = 0.0f;
+    bool finite = true;
+  };
+  // The whole tensor's scale from its moments, computed in `parts` parts.
+  TensorScale tensor_scale(const TensorInfo& t, const void* src, uint64_t count, unsigned parts);
   // Encodes elements [a, b) of the chunk at src (a a multiple of span_) into the chunk's streams.
-  void encode_spans(const TensorInfo& t, const void* src, uint64_t first, uint64_t a, uint64_t b, float tensor_s,
-                    std::byte* trits, std::byte* scales, Scratch& w);
+  void encode_spans(const TensorInfo& t, const void* src, uint64_t first, uint64_t a, uint64_t b,
+                    const TensorScale& whole, std::byte* trits, std::byte* scales, Scratch& w);
   // Decodes elements [a, b) of the chunk; false on an invalid trit byte or padding.
   Status decode_spans(const TensorInfo& t, const std::vector<ByteSpan>& in, uint64_t a, uint64_t b, void* dst,
                       Scratch& w);

@@ -117,12 +117,16 @@ GCZ_CPU_INLINE void add_moments(const float* x, uint64_t n, TernGradMoments& m) 
   for (uint64_t b = 0; b < n; b += kSumBlock) add_block_checked(x + b, std::min(kSumBlock, n - b), m);
 }
 
-GCZ_CPU_INLINE void group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
+GCZ_CPU_INLINE bool group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
+  bool finite = true;
   for (uint64_t g = 0, b = 0; b < n; ++g, b += group) {
     TernGradMoments m;
-    add_moments(x + b, std::min(group, n - b), m);
+    const uint64_t len = std::min(group, n - b);
+    add_moments(x + b, len, m);
     scales[g] = m.scale(clip);
+    finite = finite && m.finite == len;
   }
+  return finite;
 }
 
 // Packs n trits; a partial last byte holds zero trits in its unused places. base3 reads t up to 3
@@ -229,8 +233,8 @@ GCZ_CPU_INLINE bool decode_span(const TernGradDecodeSpan& j) {
 }
 
 void moments_sse2(const float* x, uint64_t n, TernGradMoments& m) { add_moments(x, n, m); }
-void group_scales_sse2(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
-  group_scales(x, n, group, clip, scales);
+bool group_scales_sse2(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
+  return group_scales(x, n, group, clip, scales);
 }
 void encode_sse2(const TernGradEncodeSpan& j) { encode_span(j); }
 bool decode_sse2(const TernGradDecodeSpan& j) { return decode_span(j); }
@@ -325,7 +329,7 @@ GCZ_AVX2_INLINE __m128d combine_lanes_avx2(__m256d s1a, __m256d s1b, __m256d s2a
 // TernGradMoments; a group that is not so takes the general path. Groups of whole lanes keep their
 // sums in registers and leave sigma and the scale to a second loop over a batch of groups, whose
 // divisions and square roots then overlap instead of stalling each group.
-__attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint64_t n, uint64_t group, double clip,
+__attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint64_t n, uint64_t group, double clip,
                                                        float* scales) {
   constexpr int kBatch = 32;
   struct Pending {
@@ -334,6 +338,7 @@ __attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint6
     int32_t max_bits;
   } pending[kBatch];
   const bool whole_lanes = group <= kSumBlock && group % 8 == 0;
+  bool finite = true;
   BlockSums sums;
   for (uint64_t g = 0, b = 0; b < n;) {
     int count = 0;
@@ -363,6 +368,7 @@ __attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint6
       TernGradMoments m;
       moments_avx2(x + b, len, m);
       scales[g] = m.scale(clip);
+      finite = finite && m.finite == len;
     }
     for (int q = 0; q < count; ++q) {
       const Pending& p = pending[q];
@@ -370,6 +376,7 @@ __attribute__((target("avx2,fma"))) void group_scales_avx2(const float* x, uint6
       scales[p.g] = scale_from_stats(bit_cast<float>(p.max_bits), sigma, clip);
     }
   }
+  return finite;
 }
 
 // One scale's constants for the trit loops, broadcast. The vector loops compute p times `pscale`:
@@ -394,10 +401,11 @@ GCZ_AVX2_INLINE TritScale trit_scale(float s) {
 }
 
 // p of eight elements (their bits xi) times c.pscale (any value for a non-finite x, which `finite`
-// masks), with a = min(|x|, s).
+// masks), with a = min(|x|, s). kFinite: the caller knows every element to be finite (TernGradEncodeSpan).
+template <bool kFinite>
 GCZ_AVX2_INLINE __m256 p8_avx2(__m256i xi, const TritScale& c, __m256i& finite) {
   const __m256 y = _mm256_castsi256_ps(_mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF)));  // |x|
-  finite = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+  finite = kFinite ? _mm256_set1_epi32(-1) : _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
   return _mm256_mul_ps(_mm256_min_ps(y, c.s), c.pscale);
 }
 
@@ -409,11 +417,11 @@ GCZ_AVX2_INLINE __m256 p8_avx2(__m256i xi, const TritScale& c, __m256i& finite) 
 // element k) for its fine byte to settle. The packs saturate d = 256 (p = 1) to 255, which is still
 // exact: every u below 255 is nonzero then, and u = 255 is settled. A non-finite x has d = 0.
 // Deterministic: p >= 1/2 and x finite.
-template <bool kStochastic>
+template <bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE __m256i trit_mask32(const __m256i* xi, const uint8_t* u, const TritScale& c, uint32_t& tie_mask) {
   __m256i fin[4];
   __m256 p[4];
-  for (int k = 0; k < 4; ++k) p[k] = p8_avx2(xi[k], c, fin[k]);
+  for (int k = 0; k < 4; ++k) p[k] = p8_avx2<kFinite>(xi[k], c, fin[k]);
   if constexpr (kStochastic) {
     __m256i top[4];
     for (int k = 0; k < 4; ++k) top[k] = _mm256_and_si256(_mm256_cvttps_epi32(p[k]), fin[k]);
@@ -441,10 +449,10 @@ GCZ_AVX2_INLINE __m256i signs32(const __m256i* xi) { return avx2::pack_signed_in
 
 // The trits of the 32 elements whose bits are xi, as bytes at t: 1 - (x < 0 ? -1 : 0) is kPlus or
 // kMinus where the trit is nonzero.
-template <bool kStochastic>
+template <bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void trits32_avx2(const __m256i* xi, const uint8_t* u, const TritScale& c, uint8_t* t,
                                   uint32_t& tie_mask) {
-  const __m256i mask = trit_mask32<kStochastic>(xi, u, c, tie_mask);
+  const __m256i mask = trit_mask32<kStochastic, kFinite>(xi, u, c, tie_mask);
   const __m256i code = _mm256_sub_epi8(_mm256_set1_epi8(1), _mm256_cmpgt_epi8(_mm256_setzero_si256(), signs32(xi)));
   const __m256i trits = nonzero_only<kStochastic>(mask, code);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), avx2::in_element_order(trits));
@@ -460,7 +468,7 @@ GCZ_AVX2_INLINE void trit_run_avx2(const float* x, const uint8_t* u, uint8_t* t,
   if (!c.vector) return trit_run<kStochastic>(x, u, t, n, s, fine, at);
   avx2::steps32<true>(x, n, t, [&](const __m256i* xi, uint64_t i, uint8_t* trits, uint32_t keep) GCZ_AVX2_LAMBDA {
     uint32_t tie_mask;
-    trits32_avx2<kStochastic>(xi, u + i, c, trits, tie_mask);
+    trits32_avx2<kStochastic, false>(xi, u + i, c, trits, tie_mask);
     if constexpr (kStochastic) note_ties(tie_mask & keep, at + i, ties, count);
   });
 }
@@ -506,10 +514,10 @@ constexpr Base3Picks kBase3Picks;
 GCZ_AVX2_INLINE __m256i load256(const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
 
 // The weighted trits of the 32 elements whose bits are xi (step k of a round), in element order.
-template <bool kStochastic>
+template <bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE __m256i weighted32_avx2(const __m256i* xi, const uint8_t* u, const TritScale& c, int k,
                                         uint32_t& tie_mask) {
-  const __m256i mask = trit_mask32<kStochastic>(xi, u, c, tie_mask);
+  const __m256i mask = trit_mask32<kStochastic, kFinite>(xi, u, c, tie_mask);
   const __m256i w = _mm256_blendv_epi8(load256(kBase3Weights.w[0][k]), load256(kBase3Weights.w[1][k]), signs32(xi));
   return avx2::in_element_order(nonzero_only<kStochastic>(mask, w));
 }
@@ -561,7 +569,7 @@ GCZ_AVX2_INLINE void step_scale(const TernGradEncodeSpan& j, uint64_t& g, uint64
 }
 
 // One step of 32 trits at element i, into the scratch; ties as for trit_run_avx2.
-template <bool kStochastic>
+template <bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t& g, uint64_t& left, TritScale& c,
                                uint64_t& ties) {
   step_scale<kStochastic>(j, g, left, c);
@@ -570,7 +578,7 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
     __m256i xi[4];
     avx2::prefetch_next_span(j.x + i);
     avx2::load32(j.x + i, xi);
-    trits32_avx2<kStochastic>(xi, j.u + i, c, j.scratch + i, tie_mask);
+    trits32_avx2<kStochastic, kFinite>(xi, j.u + i, c, j.scratch + i, tie_mask);
     if constexpr (kStochastic) note_ties(tie_mask, i, j.ties, ties);
   } else {
     trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, 32, j.scales[g], j.fine, i);
@@ -578,7 +586,7 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
 }
 
 // Step k of the round at element i, as weighted trits; ties as for trit_run_avx2.
-template <bool kStochastic>
+template <bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, int k, uint64_t& g, uint64_t& left,
                                       TritScale& c, uint64_t& ties) {
   step_scale<kStochastic>(j, g, left, c);
@@ -587,7 +595,7 @@ GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, i
     __m256i xi[4];
     avx2::prefetch_next_span(j.x + i);
     avx2::load32(j.x + i, xi);
-    const __m256i w = weighted32_avx2<kStochastic>(xi, j.u + i, c, k, tie_mask);
+    const __m256i w = weighted32_avx2<kStochastic, kFinite>(xi, j.u + i, c, k, tie_mask);
     if constexpr (kStochastic) note_ties(tie_mask, i, j.ties, ties);
     return w;
   }
@@ -600,7 +608,7 @@ GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, i
 // a group size that is a multiple of 32), whole rounds of 160 elements go from the input to their 32
 // packed bytes in registers; the rest of the span takes the trit scratch and the scalar packing.
 // Returns the ties noted.
-template <bool kStochastic>
+template <bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
   const TernGradEncodeSpan j = span;  // a copy: the byte stores cannot alias its fields
   uint64_t g = 0, left = j.piece, ties = 0;
@@ -608,11 +616,11 @@ GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
   uint64_t i = 0;
   for (; i + 160 <= j.len; i += 160) {
     __m256i w[5];
-    for (int k = 0; k < 5; ++k) w[k] = weighted_step<kStochastic>(j, i + 32 * k, k, g, left, c, ties);
+    for (int k = 0; k < 5; ++k) w[k] = weighted_step<kStochastic, kFinite>(j, i + 32 * k, k, g, left, c, ties);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
   }
   const uint64_t rounds = i;
-  for (; i + 32 <= j.len; i += 32) trit_step<kStochastic>(j, i, g, left, c, ties);
+  for (; i + 32 <= j.len; i += 32) trit_step<kStochastic, kFinite>(j, i, g, left, c, ties);
   if (left == 0 && i < j.len) ++g;
   trit_run<kStochastic>(j.x + i, j.u + i, j.scratch + i, j.len - i, j.scales[g], j.fine, i);  // the last (len mod 32)
   pack(true, j.scratch + rounds, j.len - rounds, j.out + rounds / 5);
@@ -623,7 +631,11 @@ GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
 __attribute__((target("avx2"))) void encode_avx2(const TernGradEncodeSpan& j) {
   uint64_t ties = 0;
   if (j.base3 && (j.piece >= j.len || j.piece % 32 == 0)) {
-    ties = j.stochastic ? trit_pack_run_avx2<true>(j) : trit_pack_run_avx2<false>(j);
+    if (j.finite) {
+      ties = j.stochastic ? trit_pack_run_avx2<true, true>(j) : trit_pack_run_avx2<false, true>(j);
+    } else {
+      ties = j.stochastic ? trit_pack_run_avx2<true, false>(j) : trit_pack_run_avx2<false, false>(j);
+    }
   } else {
     for (uint64_t g = 0, a = 0; a < j.len; ++g, a += j.piece) {
       const uint64_t n = std::min(j.piece, j.len - a);
@@ -666,11 +678,11 @@ void terngrad_encode_span(const TernGradEncodeSpan& job) {
 
 void terngrad_find_shift(const float* x, uint64_t n, TernGradMoments& m) { find_shift(x, n, m); }
 
-void terngrad_group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
+bool terngrad_group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales) {
 #if defined(__x86_64__)
   if (cpu_has_avx2()) return group_scales_avx2(x, n, group, clip, scales);
 #endif
-  group_scales_sse2(x, n, group, clip, scales);
+  return group_scales_sse2(x, n, group, clip, scales);
 }
 
 bool terngrad_decode_span(const TernGradDecodeSpan& job) {

@@ -6,7 +6,7 @@
 //   TernGradMoments m;
 //   terngrad_add_moments(x, n, m);                  // any number of times, whole 256-blocks but the last
 //   float s = m.scale(clip);                        // scale_from_stats(max|x|, sigma, clip)
-//   terngrad_group_scales(x, n, group, clip, s);   // or: the scale of every group of x[0, n)
+//   bool finite = terngrad_group_scales(x, n, group, clip, s);  // or: every group's scale
 #pragma once
 
 #include <cstdint>
@@ -40,8 +40,9 @@ void terngrad_add_moments(const float* x, uint64_t n, TernGradMoments& m);
 void terngrad_find_shift(const float* x, uint64_t n, TernGradMoments& m);
 
 // The scale of each group of `group` elements of x[0, n) (the last may be partial) into scales[0, ceil(n / group)):
-// the same values as a TernGradMoments per group, computed without its per-range overhead.
-void terngrad_group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales);
+// the same values as a TernGradMoments per group, computed without its per-range overhead. Returns
+// whether every element of x[0, n) is finite.
+bool terngrad_group_scales(const float* x, uint64_t n, uint64_t group, double clip, float* scales);
 
 struct TernGradEncodeSpan {
   const float* x;       // len float32 values
@@ -52,6 +53,7 @@ struct TernGradEncodeSpan {
   const float* scales;  // ceil(len / piece) scales
   bool stochastic;
   bool base3;
+  bool finite;          // every element of x is finite (as its moments showed): the vector loops skip the test
   uint8_t* scratch;     // len + 5 bytes
   uint32_t* ties;       // scratch: tie_room(len, piece) words (note_ties: draws that wait for a fine byte)
   uint8_t* out;         // ceil(len / 5) or ceil(len / 4) bytes
