@@ -405,7 +405,8 @@ GCZ_AVX2_INLINE TritScale trit_scale(float s) {
 template <bool kFinite>
 GCZ_AVX2_INLINE __m256 p8_avx2(__m256i xi, const TritScale& c, __m256i& finite) {
   const __m256 y = _mm256_castsi256_ps(_mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF)));  // |x|
-  finite = kFinite ? _mm256_set1_epi32(-1) : _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+  const __m256 below_inf = _mm256_cmp_ps(y, _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
+  finite = kFinite ? _mm256_set1_epi32(-1) : _mm256_castps_si256(below_inf);
   return _mm256_mul_ps(_mm256_min_ps(y, c.s), c.pscale);
 }
 
