@@ -73,7 +73,7 @@ class TernGradCodec : public Codec {
 
   TernGradOptions o_;
   uint64_t unit_;  // 0 (tensor scale) or lcm(group, trits per byte)
-  uint64_t span_;  // elements per span: a multiple of the unit, or of 40 = lcm(5, 4, 8) for a tensor scale
+  uint64_t span_;  // elements per span: a multiple of the unit, or kSpanTarget for a tensor scale
   uint64_t piece_; // elements per scale within a span: group, or span_ for a tensor scale
   std::vector<Scratch> scratch_;  // one per part
 };
