@@ -25,7 +25,7 @@ namespace {
 constexpr char kName[] = "terngrad";
 // Spans hold whole rounds of base3 packing (160 elements, 32 bytes) and start on a Philox block (16
 // coarse draws). Longer spans ran faster up to this length (fewer per-span costs; 256 MiB encode
-// 0.75 ns per element at 8200, 0.71 here), which keeps a span's draws and trits in L2.
+// 0.75 ns per element at 8200, 0.71 here), and a span's input and draws still fit in L2.
 constexpr uint64_t kSpanTarget = 65280;
 constexpr uint64_t kMomentSpan = 8192;     // a multiple of kSumBlock
 constexpr uint64_t kSuperBlock = kSumBlock << 10;  // a power of two of blocks, a multiple of kMomentSpan
