@@ -569,6 +569,12 @@ GCZ_AVX2_INLINE void step_scale(const TernGradEncodeSpan& j, uint64_t& g, uint64
   left -= 32;
 }
 
+// The bits of the 32 elements at x into xi, prefetching ahead (the span loops' step).
+GCZ_AVX2_INLINE void load_step(const float* x, __m256i* xi) {
+  avx2::prefetch_next_span(x);
+  avx2::load32(x, xi);
+}
+
 // One step of 32 trits at element i, into the scratch; ties as for trit_run_avx2.
 template <bool kStochastic, bool kFinite>
 GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t& g, uint64_t& left, TritScale& c,
@@ -577,8 +583,7 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
   if (c.vector) {
     uint32_t tie_mask;
     __m256i xi[4];
-    avx2::prefetch_next_span(j.x + i);
-    avx2::load32(j.x + i, xi);
+    load_step(j.x + i, xi);
     trits32_avx2<kStochastic, kFinite>(xi, j.u + i, c, j.scratch + i, tie_mask);
     if constexpr (kStochastic) note_ties(tie_mask, i, j.ties, ties);
   } else {
@@ -594,8 +599,7 @@ GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, i
   if (c.vector) {
     uint32_t tie_mask;
     __m256i xi[4];
-    avx2::prefetch_next_span(j.x + i);
-    avx2::load32(j.x + i, xi);
+    load_step(j.x + i, xi);
     const __m256i w = weighted32_avx2<kStochastic, kFinite>(xi, j.u + i, c, k, tie_mask);
     if constexpr (kStochastic) note_ties(tie_mask, i, j.ties, ties);
     return w;
