@@ -324,19 +324,41 @@ GCZ_AVX2_INLINE __m128d combine_lanes_avx2(__m256d s1a, __m256d s1b, __m256d s2a
   return _mm_hadd_pd(u1, u2);
 }
 
+// scale_from_stats(max|x|, sigma_of(S1, S2, n), clip) of four groups of n elements (n > 0) at once:
+// the same float64 operations lane by lane (divisions, square root and float32 rounding are exact in
+// every lane as in the scalar code), so that the divisions and square roots of a batch of groups share
+// the vector units instead of taking one group at a time.
+GCZ_AVX2_INLINE __m128 scales4_avx2(const double* s1, const double* s2, const int32_t* max_bits, double n,
+                                    double clip) {
+  const __m256d zero = _mm256_setzero_pd(), k = _mm256_set1_pd(n);
+  const __m256d a = _mm256_loadu_pd(s1), b = _mm256_loadu_pd(s2);
+  const __m256d var = _mm256_div_pd(_mm256_sub_pd(b, _mm256_div_pd(_mm256_mul_pd(a, a), k)), k);
+  const __m256d sigma = _mm256_sqrt_pd(_mm256_max_pd(var, zero));  // 0 unless var > 0 (max gives 0 for a NaN)
+  __m256d s = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(max_bits))));
+  if (clip > 0.0) {
+    const __m256d t = _mm256_mul_pd(_mm256_set1_pd(clip), sigma);
+    const __m256d clipped = _mm256_and_pd(_mm256_cmp_pd(sigma, zero, _CMP_GT_OQ), _mm256_cmp_pd(t, s, _CMP_LT_OQ));
+    s = _mm256_blendv_pd(s, t, clipped);
+  }
+  const __m256i wide = _mm256_castpd_si256(_mm256_cmp_pd(s, zero, _CMP_GT_OQ));  // the double lanes' masks
+  const __m128 positive = _mm_castsi128_ps(
+      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(wide, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0))));
+  const __m128 f = _mm_and_ps(_mm256_cvtpd_ps(s), positive);
+  const __m128 least = _mm_set1_ps(kMinScale);
+  return _mm_blendv_ps(f, least, _mm_and_ps(_mm_cmplt_ps(f, least), positive));
+}
+
 // A group of one block (G <= kSumBlock) whose first element is finite (so K = x[0]) and, as the fast
 // sums then show, all the others too, has its moments straight from one_block_avx2's lanes, with no
 // TernGradMoments; a group that is not so takes the general path. Groups of whole lanes keep their
-// sums in registers and leave sigma and the scale to a second loop over a batch of groups, whose
-// divisions and square roots then overlap instead of stalling each group.
+// sums and leave sigma and the scale to a second loop over a batch of groups, four at a time
+// (scales4_avx2).
 __attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint64_t n, uint64_t group, double clip,
                                                        float* scales) {
   constexpr int kBatch = 32;
-  struct Pending {
-    uint64_t g;
-    double s1, s2;
-    int32_t max_bits;
-  } pending[kBatch];
+  alignas(32) double pending_s1[kBatch], pending_s2[kBatch];
+  alignas(16) int32_t pending_max[kBatch];
+  uint64_t pending_g[kBatch];
   const bool whole_lanes = group <= kSumBlock && group % 8 == 0;
   bool finite = true;
   BlockSums sums;
@@ -353,7 +375,10 @@ __attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint6
           const int32_t max_bits = avx2::hmax_epi32(mx);
           if (max_bits < 0x7F800000) {
             const __m128d both = combine_lanes_avx2(s1a, s1b, s2a, s2b);
-            pending[count++] = {g, _mm_cvtsd_f64(both), _mm_cvtsd_f64(_mm_unpackhi_pd(both, both)), max_bits};
+            _mm_storel_pd(pending_s1 + count, both);
+            _mm_storeh_pd(pending_s2 + count, both);
+            pending_max[count] = max_bits;
+            pending_g[count++] = g;
             continue;
           }
         } else {
@@ -370,10 +395,16 @@ __attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint6
       scales[g] = m.scale(clip);
       finite = finite && m.finite == len;
     }
-    for (int q = 0; q < count; ++q) {
-      const Pending& p = pending[q];
-      const double sigma = clip > 0.0 ? sigma_of(p.s1, p.s2, group) : 0.0;
-      scales[p.g] = scale_from_stats(bit_cast<float>(p.max_bits), sigma, clip);
+    int q = 0;
+    for (; q + 4 <= count; q += 4) {
+      alignas(16) float four[4];
+      _mm_store_ps(four,
+                   scales4_avx2(pending_s1 + q, pending_s2 + q, pending_max + q, static_cast<double>(group), clip));
+      for (int r = 0; r < 4; ++r) scales[pending_g[q + r]] = four[r];
+    }
+    for (; q < count; ++q) {
+      const double sigma = clip > 0.0 ? sigma_of(pending_s1[q], pending_s2[q], group) : 0.0;
+      scales[pending_g[q]] = scale_from_stats(bit_cast<float>(pending_max[q]), sigma, clip);
     }
   }
   return finite;
