@@ -153,7 +153,10 @@ void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t 
       finite = terngrad_group_scales(x, len, o_.group, o_.clip, w.s.data());
       std::memcpy(scales + a / o_.group * 4, w.s.data(), ceil_div(len, o_.group) * 4);
     }
-    if (o_.stochastic) fill_coarse8(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, w.u.data(), x);
+    if (o_.stochastic) {  // the draws prefetch x as they go, unless the group scales have just read it
+      const float* touch = o_.group_scale ? nullptr : x;
+      fill_coarse8(context_.seed, context_.tensor_key, kStreamTernGrad, first + a, len, w.u.data(), touch);
+    }
     const FineDraws fine{context_.seed, context_.tensor_key, kStreamTernGrad, first + a};
     terngrad_encode_span({x, w.u.data(), fine, len, piece_, w.s.data(), o_.stochastic, o_.base3, finite,
                           w.trits.data(), w.ties.data(), reinterpret_cast<uint8_t*>(trits + a / per_byte)});
