@@ -1,8 +1,11 @@
 // Internal: running the parts of one codec call on threads of their own.
 //
 //   detail::run_parts(parts, n, 40, [&](unsigned k, uint64_t begin, uint64_t end) { ... });
+//   detail::run_pieces(workers, n, 65280, [&](unsigned k, uint64_t begin, uint64_t end) { ... });
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -28,6 +31,27 @@ void run_parts(unsigned parts, uint64_t n, uint64_t align, const F& f) {
   std::vector<std::thread> pool;
   for (unsigned k = 1; k < parts; ++k) pool.emplace_back([&f, &bound, k] { f(k, bound(k), bound(k + 1)); });
   f(0u, bound(0), bound(1));
+  for (std::thread& th : pool) th.join();
+}
+
+// Cuts [0, n) into pieces of `piece` (>= 1) elements, the last maybe shorter, and runs f(k, begin, end) for
+// each, the pieces handed out in order to whichever of the `workers` asks next: worker 0 is the
+// calling thread, the others threads of their own; returns when all are done. A worker that runs
+// slower (its core shared with other work) takes fewer pieces instead of holding up the others, as a
+// fixed split would. k names the worker, for its scratch: which pieces it gets depends on timing, so
+// f's results must go where the piece, not the worker, says.
+template <class F>
+void run_pieces(unsigned workers, uint64_t n, uint64_t piece, const F& f) {
+  const uint64_t pieces = n / piece + (n % piece != 0);
+  std::atomic<uint64_t> next{0};
+  auto work = [&](unsigned k) {
+    for (uint64_t p; (p = next.fetch_add(1, std::memory_order_relaxed)) < pieces;) {
+      f(k, p * piece, std::min(n, (p + 1) * piece));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < workers; ++k) pool.emplace_back(work, k);
+  work(0u);
   for (std::thread& th : pool) th.join();
 }
 

@@ -30,6 +30,7 @@ constexpr uint64_t kSpanTarget = 65280;
 constexpr uint64_t kMomentSpan = 8192;     // a multiple of kSumBlock
 constexpr uint64_t kSuperBlock = kSumBlock << 10;  // a power of two of blocks, a multiple of kMomentSpan
 constexpr uint64_t kMinPart = uint64_t{1} << 18;    // elements per thread at least (thread start-up)
+constexpr uint64_t kSpansPerPiece = 4;              // spans per piece of work handed to a thread (~1 MiB)
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
@@ -115,7 +116,7 @@ TernGradCodec::TensorScale TernGradCodec::tensor_scale(const TensorInfo& t, cons
   };
   const uint64_t supers = ceil_div(count, kSuperBlock);
   std::vector<Sums> sums(supers);
-  run_parts(std::min<uint64_t>(parts, supers), supers, 1, [&](unsigned k, uint64_t begin, uint64_t end) {
+  run_pieces(std::min<uint64_t>(parts, supers), supers, 1, [&](unsigned k, uint64_t begin, uint64_t end) {
     for (uint64_t b = begin; b < end; ++b) {
       TernGradMoments m;
       m.shift = total.shift;
@@ -181,7 +182,8 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
     whole = tensor_scale(t, src, count, n);
     std::memcpy(out[1].data() + scale_old, &whole.s, 4);
   }
-  run_parts(n, count, span_, [&](unsigned k, uint64_t a, uint64_t b) {
+  const uint64_t piece = n > 1 ? kSpansPerPiece * span_ : std::max<uint64_t>(count, 1);  // one thread: one piece
+  run_pieces(n, count, piece, [&](unsigned k, uint64_t a, uint64_t b) {
     encode_spans(t, src, first, a, b, whole, out[0].data() + trit_old, out[1].data() + scale_old, scratch_[k]);
   });
   return Status::ok();
