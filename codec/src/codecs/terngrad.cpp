@@ -1,8 +1,8 @@
 // TernGrad on the CPU: parameters, stream sizes and the chunk loop. With a tensor scale the codec takes
-// the whole tensor (chunk_unit 0) and makes two passes in spans of ~64K elements, each split over the
-// codec's threads: the moments (max|x|, sigma), then the trits. With a group scale a span holds whole
-// groups: their scales (in cache), then the span's coarse draw bytes from Philox and the loops of
-// terngrad_span.cpp (trits, packing, the rare fine draws).
+// the whole tensor (chunk_unit 0) and makes two passes in spans of ~64K elements, handed out to the
+// codec's threads a piece at a time: the moments (max|x|, sigma), then the trits. With a group scale a
+// span holds whole groups: their scales (in cache), then the span's coarse draw bytes from Philox and
+// the loops of terngrad_span.cpp (trits, packing, the rare fine draws).
 #include "codecs/terngrad.h"
 
 #include <algorithm>
@@ -33,6 +33,12 @@ constexpr uint64_t kMinPart = uint64_t{1} << 18;    // elements per thread at le
 constexpr uint64_t kSpansPerPiece = 4;              // spans per piece of work handed to a thread (~1 MiB)
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+// The elements of one piece of work (run_pieces) for `workers` threads over count elements: a few
+// spans, or all of them for one thread.
+uint64_t work_piece(unsigned workers, uint64_t count, uint64_t span) {
+  return workers > 1 ? kSpansPerPiece * span : std::max<uint64_t>(count, 1);
+}
 
 }  // namespace
 
@@ -182,8 +188,7 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
     whole = tensor_scale(t, src, count, n);
     std::memcpy(out[1].data() + scale_old, &whole.s, 4);
   }
-  const uint64_t piece = n > 1 ? kSpansPerPiece * span_ : std::max<uint64_t>(count, 1);  // one thread: one piece
-  run_pieces(n, count, piece, [&](unsigned k, uint64_t a, uint64_t b) {
+  run_pieces(n, count, work_piece(n, count, span_), [&](unsigned k, uint64_t a, uint64_t b) {
     encode_spans(t, src, first, a, b, whole, out[0].data() + trit_old, out[1].data() + scale_old, scratch_[k]);
   });
   return Status::ok();
@@ -229,9 +234,10 @@ Status TernGradCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& i
   }
   const unsigned n = parts(count);
   scratch_.resize(std::max<std::size_t>(scratch_.size(), n));
-  std::vector<Status> status(n);
-  run_parts(n, count, span_, [&](unsigned k, uint64_t a, uint64_t b) {
-    status[k] = decode_spans(t, in, a, b, dst, scratch_[k]);
+  const uint64_t piece = work_piece(n, count, span_);
+  std::vector<Status> status(ceil_div(count, piece));  // the first bad piece's error is the one reported
+  run_pieces(n, count, piece, [&](unsigned k, uint64_t a, uint64_t b) {
+    status[a / piece] = decode_spans(t, in, a, b, dst, scratch_[k]);
   });
   for (const Status& s : status) GCZ_RETURN_IF_ERROR(s);
   return Status::ok();
