@@ -34,9 +34,9 @@ void run_parts(unsigned parts, uint64_t n, uint64_t align, const F& f) {
   for (std::thread& th : pool) th.join();
 }
 
-// Cuts [0, n) into pieces of `piece` (>= 1) elements, the last maybe shorter, and runs f(k, begin, end) for
-// each, the pieces handed out in order to whichever of the `workers` asks next: worker 0 is the
-// calling thread, the others threads of their own; returns when all are done. A worker that runs
+// Cuts [0, n) into pieces of `piece` (>= 1) elements, the last maybe shorter, and runs f(k, begin,
+// end) for each, the pieces handed out in order to whichever of the `workers` asks next: worker 0 is
+// the calling thread, the others threads of their own; returns when all are done. A worker that runs
 // slower (its core shared with other work) takes fewer pieces instead of holding up the others, as a
 // fixed split would. k names the worker, for its scratch: which pieces it gets depends on timing, so
 // f's results must go where the piece, not the worker, says.

@@ -325,15 +325,16 @@ GCZ_AVX2_INLINE __m128d combine_lanes_avx2(__m256d s1a, __m256d s1b, __m256d s2a
 }
 
 // scale_from_stats(max|x|, sigma_of(S1, S2, n), clip) of four groups of n elements (n > 0) at once:
-// the same float64 operations lane by lane (divisions, square root and float32 rounding are exact in
-// every lane as in the scalar code), so that the divisions and square roots of a batch of groups share
-// the vector units instead of taking one group at a time.
+// the same float64 operations lane by lane, each correctly rounded as in the scalar code, so the same
+// bits; the divisions and square roots of a batch of groups then share the vector units instead of
+// taking one group at a time. The root takes max(var, 0): 0 wherever sigma_of's var > 0 fails, and no
+// invalid-operation flag for a negative var.
 GCZ_AVX2_INLINE __m128 scales4_avx2(const double* s1, const double* s2, const int32_t* max_bits, double n,
                                     double clip) {
   const __m256d zero = _mm256_setzero_pd(), k = _mm256_set1_pd(n);
   const __m256d a = _mm256_loadu_pd(s1), b = _mm256_loadu_pd(s2);
   const __m256d var = _mm256_div_pd(_mm256_sub_pd(b, _mm256_div_pd(_mm256_mul_pd(a, a), k)), k);
-  const __m256d sigma = _mm256_sqrt_pd(_mm256_max_pd(var, zero));  // 0 unless var > 0 (max gives 0 for a NaN)
+  const __m256d sigma = _mm256_sqrt_pd(_mm256_max_pd(var, zero));  // max gives 0 for a NaN var too
   __m256d s = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(max_bits))));
   if (clip > 0.0) {
     const __m256d t = _mm256_mul_pd(_mm256_set1_pd(clip), sigma);
