@@ -34,12 +34,6 @@ constexpr uint64_t kSpansPerPiece = 4;              // spans per piece of work h
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
-// The elements of one piece of work (run_pieces) for `workers` threads over count elements: a few
-// spans, or all of them for one thread.
-uint64_t work_piece(unsigned workers, uint64_t count, uint64_t span) {
-  return workers > 1 ? kSpansPerPiece * span : std::max<uint64_t>(count, 1);
-}
-
 }  // namespace
 
 Result<TernGradOptions> parse_terngrad_options(const Params& params) {
@@ -188,7 +182,7 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
     whole = tensor_scale(t, src, count, n);
     std::memcpy(out[1].data() + scale_old, &whole.s, 4);
   }
-  run_pieces(n, count, work_piece(n, count, span_), [&](unsigned k, uint64_t a, uint64_t b) {
+  run_pieces(n, count, kSpansPerPiece * span_, [&](unsigned k, uint64_t a, uint64_t b) {
     encode_spans(t, src, first, a, b, whole, out[0].data() + trit_old, out[1].data() + scale_old, scratch_[k]);
   });
   return Status::ok();
@@ -234,7 +228,7 @@ Status TernGradCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& i
   }
   const unsigned n = parts(count);
   scratch_.resize(std::max<std::size_t>(scratch_.size(), n));
-  const uint64_t piece = work_piece(n, count, span_);
+  const uint64_t piece = kSpansPerPiece * span_;
   std::vector<Status> status(ceil_div(count, piece));  // the first bad piece's error is the one reported
   run_pieces(n, count, piece, [&](unsigned k, uint64_t a, uint64_t b) {
     status[a / piece] = decode_spans(t, in, a, b, dst, scratch_[k]);
