@@ -46,11 +46,11 @@ uint64_t pack(Format f, uint64_t sign, uint64_t exp, uint64_t man) {
 }
 
 // Stores the low dtype_size(d) bytes of `bits` as element i of `buf`.
-void put_bits(DType d, std::vector<std::byte>& buf, std::size_t i, uint64_t bits) {
+void put_bits(DType d, ByteBuffer& buf, std::size_t i, uint64_t bits) {
   std::memcpy(buf.data() + i * dtype_size(d), &bits, dtype_size(d));  // little-endian host
 }
 
-void put_double(DType d, std::vector<std::byte>& buf, std::size_t i, double v) {
+void put_double(DType d, ByteBuffer& buf, std::size_t i, double v) {
   convert_elements(DType::kFloat64, &v, d, buf.data() + i * dtype_size(d), 1);
 }
 
@@ -124,8 +124,8 @@ uint64_t random_bits(Format f, std::mt19937_64& rng) {
 }
 
 // n elements of dtype d: the special values first, then seeded random ones.
-std::vector<std::byte> make_data(DType d, uint64_t n, uint64_t seed) {
-  std::vector<std::byte> buf(n * dtype_size(d));
+ByteBuffer make_data(DType d, uint64_t n, uint64_t seed) {
+  ByteBuffer buf(n * dtype_size(d));
   const Format f = format_of(d);
   std::size_t i = 0;
   for (uint64_t bits : special_bits(f)) {
@@ -140,7 +140,7 @@ std::vector<std::byte> make_data(DType d, uint64_t n, uint64_t seed) {
 }
 
 // "" when equal, else where and how the byte buffers first differ.
-std::string first_difference(const std::vector<std::byte>& cpu, const std::vector<std::byte>& gpu, std::size_t elem) {
+std::string first_difference(const ByteBuffer& cpu, const ByteBuffer& gpu, std::size_t elem) {
   if (cpu.size() != gpu.size()) {
     return "sizes differ: cpu " + std::to_string(cpu.size()) + ", cuda " + std::to_string(gpu.size());
   }
@@ -190,10 +190,10 @@ class CudaCast : public ::testing::TestWithParam<CastCase> {
 };
 
 TEST_P(CudaCast, EncodeMatchesCpu) {
-  const std::vector<std::byte> prefix = {std::byte{0xA5}, std::byte{0x5A}, std::byte{0x01}};
+  const ByteBuffer prefix = {std::byte{0xA5}, std::byte{0x5A}, std::byte{0x01}};
   for (uint64_t n : kSizes) {
     SCOPED_TRACE("n = " + std::to_string(n));
-    const std::vector<std::byte> src = make_data(info_.dtype, n, 1234 + n);
+    const ByteBuffer src = make_data(info_.dtype, n, 1234 + n);
     std::vector<ByteBuffer> cpu_out(1, prefix), gpu_out(1, prefix);  // encode appends
     const Status cs = cpu_->encode(info_, src.data(), 0, n, cpu_out);
     ASSERT_TRUE(cs) << cs.message();
@@ -208,10 +208,10 @@ TEST_P(CudaCast, DecodeMatchesCpu) {
   for (uint64_t n : kSizes) {
     SCOPED_TRACE("n = " + std::to_string(n));
     // Any stored bit pattern, signalling NaNs included, not only what an encoder writes.
-    const std::vector<std::byte> stream = make_data(stored_dtype(), n, 5678 + n);
+    const ByteBuffer stream = make_data(stored_dtype(), n, 5678 + n);
     const std::vector<ByteSpan> in = {ByteSpan(stream)};
-    std::vector<std::byte> cpu_dst(n * dtype_size(info_.dtype), std::byte{0xEE});
-    std::vector<std::byte> gpu_dst(cpu_dst.size(), std::byte{0x11});
+    ByteBuffer cpu_dst(n * dtype_size(info_.dtype), std::byte{0xEE});
+    ByteBuffer gpu_dst(cpu_dst.size(), std::byte{0x11});
     const Status cs = cpu_->decode(info_, in, 0, n, cpu_dst.data());
     ASSERT_TRUE(cs) << cs.message();
     const Status gs = gpu_->decode(info_, in, 0, n, gpu_dst.data());
@@ -222,7 +222,7 @@ TEST_P(CudaCast, DecodeMatchesCpu) {
 
 TEST_P(CudaCast, ChunkedEncodeMatchesWholeEncode) {
   const uint64_t n = 100003;
-  const std::vector<std::byte> src = make_data(info_.dtype, n, 42);
+  const ByteBuffer src = make_data(info_.dtype, n, 42);
   std::vector<ByteBuffer> whole(1), chunked(1);
   ASSERT_TRUE(cpu_->encode(info_, src.data(), 0, n, whole));
   const std::size_t elem = dtype_size(info_.dtype);

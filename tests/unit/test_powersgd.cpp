@@ -278,7 +278,7 @@ TEST(PowerSgd, ZeroMatrixZeroColumnAndZeroRow) {
   }
   ASSERT_TRUE(c->state());
   EXPECT_EQ(c->state()->shape, (Shape{m, 4}));
-  EXPECT_EQ(decode(*c, t, s), ByteBuffer(n * m * 4));
+  EXPECT_EQ(decode(*c, t, s), ByteBuffer(n * m * 4, std::byte{0}));
 
   const Matrix k(n * m, -2.5f);  // constant: rank 1
   EXPECT_LT(rel_err(k, round_trip("powersgd", n, m, k)), 1e-6);
