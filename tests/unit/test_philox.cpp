@@ -180,6 +180,36 @@ TEST(Philox, GatheredFineDrawsMatchFine8) {
   allow_avx2_for_testing(true);
 }
 
+// The AVX2 kernels keep each thread's last keys: calls that alternate between seeds, tensors,
+// purposes and the two sub-streams (a quantizer's coarse then fine draws, tensor after tensor, or
+// QSGD then TernGrad) each get their own draws.
+TEST(Philox, BulkDrawsFollowEveryChangeOfKey) {
+  struct Key {
+    uint64_t seed, tensor;
+    uint32_t purpose;
+  };
+  const Key keys[] = {{1, 2, kStreamQsgdRounding},
+                      {1, 2, kStreamTernGrad},
+                      {1, 3, kStreamTernGrad},
+                      {5, 3, kStreamTernGrad},
+                      {uint64_t{1} << 32 | 1, 2, kStreamQsgdRounding},
+                      {1, uint64_t{1} << 32 | 2, kStreamQsgdRounding}};
+  const std::vector<uint64_t> elements = {0, 5, 17, 200, 383, 1000, 1001, 4000};
+  for (int round = 0; round < 3; ++round) {
+    for (const Key& key : keys) {
+      const Rng rng(key.seed, key.tensor, key.purpose);
+      std::vector<uint8_t> d(400);
+      fill_coarse8(key.seed, key.tensor, key.purpose, 3, d.size(), d.data());
+      for (uint64_t k = 0; k < d.size(); ++k) ASSERT_EQ(d[k], rng.coarse8(3 + k)) << round << " " << key.purpose;
+      std::vector<uint8_t> f(elements.size());
+      FineDraws{key.seed, key.tensor, key.purpose, 3}.gather(elements.data(), elements.size(), f.data());
+      for (std::size_t j = 0; j < f.size(); ++j) {
+        ASSERT_EQ(f[j], rng.fine8(3 + elements[j])) << round << " " << key.purpose;
+      }
+    }
+  }
+}
+
 TEST(Philox, BulkDrawsMatchBits) {
   const uint64_t seed = 0x1234, key = 0x9876543210ull;
   const Rng rng(seed, key, kStreamRandomK);

@@ -91,6 +91,28 @@ __attribute__((target("avx2"))) void make_keys8(uint32_t k0, uint32_t k1, uint32
   keys.round0_c2k = _mm256_set1_epi32(static_cast<int>(sub ^ k1));
 }
 
+// make_keys8's keys for sub-stream `sub` (0 or 1), kept per thread for the last (k0, k1, purpose)
+// asked for: a quantizer asks for the same ones twice a span (QSGD's spans are 1536 elements), and
+// making them costs about as much as a call's worth of Philox rounds for a few blocks.
+struct CachedKeys8 {
+  uint32_t k0 = 0, k1 = 0, purpose = 0;
+  bool made = false;
+  Keys8 keys;
+};
+thread_local CachedKeys8 cached_keys8[2];
+
+__attribute__((target("avx2"))) const Keys8& keys8(uint32_t k0, uint32_t k1, uint32_t purpose, uint32_t sub) {
+  CachedKeys8& c = cached_keys8[sub];
+  if (!c.made || c.k0 != k0 || c.k1 != k1 || c.purpose != purpose) {
+    make_keys8(k0, k1, purpose, sub, c.keys);
+    c.k0 = k0;
+    c.k1 = k1;
+    c.purpose = purpose;
+    c.made = true;
+  }
+  return c.keys;
+}
+
 // Blocks b .. b + 4 kN - 1 (kGather: blocks b[0 .. 4 kN - 1]) -> their words at w, block by block.
 template <bool kGather, int kN = kSets>
 __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blocks, const Keys8& keys, void* w) {
@@ -184,8 +206,7 @@ void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t f
   const uint32_t k0 = static_cast<uint32_t>(seed ^ tensor_key), k1 = static_cast<uint32_t>((seed ^ tensor_key) >> 32);
   if (cpu_has_avx2()) {
     constexpr uint64_t kPerCall = kPerBlock * kBlocksPerCall, kPerSmallCall = kPerBlock * 8;
-    Keys8 keys;
-    make_keys8(k0, k1, purpose, 0, keys);
+    const Keys8& keys = keys8(k0, k1, purpose, 0);
     for (; k + kPerCall <= n; k += kPerCall) {
       if (touch != nullptr) {  // the cache lines of the values this call's draws will round
         for (uint64_t b = 0; b < kPerCall; b += 16) {
@@ -237,9 +258,8 @@ void FineDraws::gather(const uint64_t* k, uint64_t n, uint8_t* f) const {
   uint64_t j = 0;
 #if defined(__x86_64__)
   if (cpu_has_avx2() && n >= 4) {
-    Keys8 keys;
-    make_keys8(static_cast<uint32_t>(seed ^ tensor_key), static_cast<uint32_t>((seed ^ tensor_key) >> 32), purpose, 1,
-               keys);
+    const Keys8& keys =
+        keys8(static_cast<uint32_t>(seed ^ tensor_key), static_cast<uint32_t>((seed ^ tensor_key) >> 32), purpose, 1);
     for (; n - j >= kBlocksPerCall; j += kBlocksPerCall) gather_call<kSets>(keys, first, k + j, kBlocksPerCall, f + j);
     for (; n - j >= 4; j += std::min<uint64_t>(8, n - j)) {  // the rest, eight blocks a call
       gather_call<2>(keys, first, k + j, std::min<uint64_t>(8, n - j), f + j);
