@@ -623,12 +623,15 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
   }
 }
 
-// Step k of the round at element i, as weighted trits; ties as for trit_run_avx2.
-template <bool kStochastic, bool kFinite>
+// Step k of the round at element i, as weighted trits; ties as for trit_run_avx2. kOneScale: the
+// span has one scale, c, and its vector loops apply (then the step neither moves to another scale
+// nor checks c: with a tensor scale, the whole encode in cache went from 0.553 to 0.517 ns per
+// element).
+template <bool kStochastic, bool kFinite, bool kOneScale>
 GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, int k, uint64_t& g, uint64_t& left,
                                       TritScale& c, uint64_t& ties) {
-  step_scale<kStochastic>(j, g, left, c);
-  if (c.vector) {
+  if constexpr (!kOneScale) step_scale<kStochastic>(j, g, left, c);
+  if (kOneScale || c.vector) {
     uint32_t tie_mask;
     __m256i xi[4];
     load_step(j.x + i, xi);
@@ -641,6 +644,23 @@ GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, i
   return weigh_trits(load256(t), k);
 }
 
+// The whole rounds of 160 elements from element 0, straight to their packed bytes; returns where they
+// end. g, left, c and ties as for weighted_step.
+template <bool kStochastic, bool kFinite, bool kOneScale>
+GCZ_AVX2_INLINE uint64_t rounds_avx2(const TernGradEncodeSpan& j, uint64_t& g, uint64_t& left, TritScale& c,
+                                     uint64_t& ties) {
+  uint64_t i = 0;
+  for (; i + 160 <= j.len; i += 160) {
+    __m256i w[5];
+    for (int k = 0; k < 5; ++k) {
+      w[k] = weighted_step<kStochastic, kFinite, kOneScale>(j, i + 32 * k, k, g, left, c, ties);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
+  }
+  if constexpr (kOneScale) left -= i;
+  return i;
+}
+
 // When every scale's piece holds whole steps of 32 (a tensor scale, a group that holds the span, or
 // a group size that is a multiple of 32), whole rounds of 160 elements go from the input to their 32
 // packed bytes in registers; the rest of the span takes the trit scratch and the scalar packing.
@@ -650,12 +670,8 @@ GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
   const TernGradEncodeSpan j = span;  // a copy: the byte stores cannot alias its fields
   uint64_t g = 0, left = j.piece, ties = 0;
   TritScale c = trit_scale<kStochastic>(j.scales[0]);
-  uint64_t i = 0;
-  for (; i + 160 <= j.len; i += 160) {
-    __m256i w[5];
-    for (int k = 0; k < 5; ++k) w[k] = weighted_step<kStochastic, kFinite>(j, i + 32 * k, k, g, left, c, ties);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
-  }
+  uint64_t i = j.piece >= j.len && c.vector ? rounds_avx2<kStochastic, kFinite, true>(j, g, left, c, ties)
+                                            : rounds_avx2<kStochastic, kFinite, false>(j, g, left, c, ties);
   const uint64_t rounds = i;
   for (; i + 32 <= j.len; i += 32) trit_step<kStochastic, kFinite>(j, i, g, left, c, ties);
   if (left == 0 && i < j.len) ++g;
