@@ -91,7 +91,8 @@ TEST(StreamBytes, EncodersWriteEveryByteTheyAppend) {
         for (float& e : v) e = normal(rng);
         ByteBuffer x(n * dtype_size(dtype));
         convert_elements(DType::kFloat32, v.data(), dtype, x.data(), n);
-        const std::string what = std::string(spec) + " " + shape_to_string(shape) + " " + std::string(dtype_name(dtype));
+        const std::string what =
+            std::string(spec) + " " + shape_to_string(shape) + " " + std::string(dtype_name(dtype));
         const auto [status, zeros] = encode_into(spec, t, x, 0, std::byte{0x00});
         if (!status) {  // PowerSGD leaves the tensors it cannot shrink (1-D, tiny) to its fallback
           EXPECT_EQ(std::string(spec).rfind("powersgd", 0), 0u) << what << ": " << status.message();

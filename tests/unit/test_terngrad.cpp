@@ -368,6 +368,27 @@ TEST(TernGrad, InstructionSetDoesNotChangeTheBytes) {
   }
 }
 
+// Group scales whose groups hold whole steps of 32: the AVX2 round loop takes each step's scale from a
+// table laid out per span, then hands over to the steps after the last whole round (and the last
+// few elements) with the scale where the rounds ended, whether or not they ended on a group's edge.
+TEST(TernGrad, GroupScalesAcrossRoundsAndTailsMatchTheScalarLoops) {
+  for (const uint64_t group : {32, 96, 128, 160, 320}) {
+    for (const uint64_t n : std::vector<uint64_t>{31, 200, 995, 1000, 1120, 4077, 65280 + 200}) {
+      const std::vector<float> x = gaussian(n, static_cast<uint32_t>(group + n));
+      const std::string spec = "terngrad:scale=group,group=" + std::to_string(group);
+      Encoded e[2];
+      for (int avx2 = 0; avx2 < 2; ++avx2) {
+        detail::allow_avx2_for_testing(avx2 == 1);
+        auto c = make(spec);
+        e[avx2] = encode(*c, f32(n), x.data(), 0, n);
+      }
+      detail::allow_avx2_for_testing(true);
+      EXPECT_EQ(e[0].trits, e[1].trits) << spec << " n " << n;
+      EXPECT_EQ(e[0].scales, e[1].scales) << spec << " n " << n;
+    }
+  }
+}
+
 // Why threads may take super-blocks: a PairwiseSum over the totals of super-blocks of 2^p blocks (the
 // last partial) is the same tree, bit for bit, as one over all the blocks. Sums of values spread
 // over 60 binary orders of magnitude make a different order visible, as super-blocks of 3 show.

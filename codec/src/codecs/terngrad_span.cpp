@@ -623,15 +623,61 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
   }
 }
 
-// Step k of the round at element i, as weighted trits; ties as for trit_run_avx2. kOneScale: the
-// span has one scale, c, and its vector loops apply (then the step neither moves to another scale
-// nor checks c: with a tensor scale, the whole encode in cache went from 0.553 to 0.517 ns per
-// element).
-template <bool kStochastic, bool kFinite, bool kOneScale>
+// How the round loop finds each step's scale: kCheckScale, step_scale at every step; kOneScale, the
+// span has one scale, c, and its vector loops apply (no step moves to another scale or checks c:
+// with a tensor scale, the whole encode in cache went from 0.553 to 0.517 ns per element);
+// kStepScales, every step's constants were laid out beforehand (StepScales) and all of them suit the
+// vector loops.
+enum ScaleMode { kCheckScale, kOneScale, kStepScales };
+
+// The scale constants of each step of 32 elements of a span whose pieces hold whole steps, in memory
+// for the round loop to broadcast: s and pscale as trit_scale makes them.
+struct StepScales {
+  static constexpr uint64_t kMaxSteps = 2048;  // 65536 elements: every span terngrad.cpp makes
+  alignas(32) float s[kMaxSteps], pscale[kMaxSteps];
+  // Lays out the first `steps` steps' constants; false if some scale's do not suit the vector loops.
+  template <bool kStochastic>
+  GCZ_AVX2_INLINE bool make(const TernGradEncodeSpan& j, uint64_t steps) {
+    const uint64_t per = j.piece / 32, groups = (steps + per - 1) / per;
+    alignas(32) float p[8];
+    const __m256 zero = _mm256_setzero_ps(), most = _mm256_set1_ps(3.40282346638528859812e+38f);
+    for (uint64_t g = 0, t = 0; g < groups; g += 8) {
+      const uint64_t n = std::min<uint64_t>(8, groups - g);
+      __m256 scale;  // trit_scale's constants, eight scales at a time (1 / s as 1 / 1 where s is 0)
+      if (n == 8) {
+        scale = _mm256_loadu_ps(j.scales + g);
+      } else {
+        alignas(32) float some[8] = {};
+        std::memcpy(some, j.scales + g, n * sizeof(float));
+        scale = _mm256_load_ps(some);
+      }
+      const __m256 positive = _mm256_cmp_ps(scale, zero, _CMP_GT_OQ), one = _mm256_set1_ps(1.0f);
+      __m256 inv = _mm256_and_ps(_mm256_div_ps(one, _mm256_blendv_ps(one, scale, positive)), positive);
+      if constexpr (kStochastic) inv = _mm256_mul_ps(inv, _mm256_set1_ps(256.0f));
+      if (_mm256_movemask_ps(_mm256_cmp_ps(inv, most, _CMP_LE_OQ)) != 0xFF) return false;
+      _mm256_store_ps(p, inv);
+      for (uint64_t k = 0; k < n; ++k) {
+        for (uint64_t q = 0; q < per && t < steps; ++q, ++t) {
+          s[t] = j.scales[g + k];
+          pscale[t] = p[k];
+        }
+      }
+    }
+    return true;
+  }
+};
+
+// Step k of the round at element i, as weighted trits; ties as for trit_run_avx2. g, left and c as
+// for step_scale (kCheckScale); `steps` the laid-out constants (kStepScales).
+template <bool kStochastic, bool kFinite, ScaleMode kMode>
 GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, int k, uint64_t& g, uint64_t& left,
-                                      TritScale& c, uint64_t& ties) {
-  if constexpr (!kOneScale) step_scale<kStochastic>(j, g, left, c);
-  if (kOneScale || c.vector) {
+                                      TritScale& c, const StepScales* steps, uint64_t& ties) {
+  if constexpr (kMode == kCheckScale) step_scale<kStochastic>(j, g, left, c);
+  if constexpr (kMode == kStepScales) {
+    c.s = _mm256_broadcast_ss(steps->s + i / 32);
+    c.pscale = _mm256_broadcast_ss(steps->pscale + i / 32);
+  }
+  if (kMode != kCheckScale || c.vector) {
     uint32_t tie_mask;
     __m256i xi[4];
     load_step(j.x + i, xi);
@@ -645,19 +691,24 @@ GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, i
 }
 
 // The whole rounds of 160 elements from element 0, straight to their packed bytes; returns where they
-// end. g, left, c and ties as for weighted_step.
-template <bool kStochastic, bool kFinite, bool kOneScale>
+// end. g, left, c, steps and ties as for weighted_step.
+template <bool kStochastic, bool kFinite, ScaleMode kMode>
 GCZ_AVX2_INLINE uint64_t rounds_avx2(const TernGradEncodeSpan& j, uint64_t& g, uint64_t& left, TritScale& c,
-                                     uint64_t& ties) {
+                                     const StepScales* steps, uint64_t& ties) {
   uint64_t i = 0;
   for (; i + 160 <= j.len; i += 160) {
     __m256i w[5];
     for (int k = 0; k < 5; ++k) {
-      w[k] = weighted_step<kStochastic, kFinite, kOneScale>(j, i + 32 * k, k, g, left, c, ties);
+      w[k] = weighted_step<kStochastic, kFinite, kMode>(j, i + 32 * k, k, g, left, c, steps, ties);
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
   }
-  if constexpr (kOneScale) left -= i;
+  if constexpr (kMode == kOneScale) left -= i;
+  if (kMode == kStepScales && i > 0) {  // where step_scale would have left them: the last step's piece
+    g = (i - 1) / j.piece;
+    left = j.piece * (g + 1) - i;
+    c = trit_scale<kStochastic>(j.scales[g]);
+  }
   return i;
 }
 
@@ -670,8 +721,16 @@ GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
   const TernGradEncodeSpan j = span;  // a copy: the byte stores cannot alias its fields
   uint64_t g = 0, left = j.piece, ties = 0;
   TritScale c = trit_scale<kStochastic>(j.scales[0]);
-  uint64_t i = j.piece >= j.len && c.vector ? rounds_avx2<kStochastic, kFinite, true>(j, g, left, c, ties)
-                                            : rounds_avx2<kStochastic, kFinite, false>(j, g, left, c, ties);
+  uint64_t i;
+  StepScales steps;
+  if (j.piece >= j.len) {
+    i = c.vector ? rounds_avx2<kStochastic, kFinite, kOneScale>(j, g, left, c, nullptr, ties)
+                 : rounds_avx2<kStochastic, kFinite, kCheckScale>(j, g, left, c, nullptr, ties);
+  } else if (j.len / 32 <= StepScales::kMaxSteps && steps.make<kStochastic>(j, j.len / 32)) {
+    i = rounds_avx2<kStochastic, kFinite, kStepScales>(j, g, left, c, &steps, ties);
+  } else {
+    i = rounds_avx2<kStochastic, kFinite, kCheckScale>(j, g, left, c, nullptr, ties);
+  }
   const uint64_t rounds = i;
   for (; i + 32 <= j.len; i += 32) trit_step<kStochastic, kFinite>(j, i, g, left, c, ties);
   if (left == 0 && i < j.len) ++g;
