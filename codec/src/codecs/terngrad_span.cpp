@@ -633,7 +633,9 @@ enum ScaleMode { kCheckScale, kOneScale, kStepScales };
 // The scale constants of each step of 32 elements of a span whose pieces hold whole steps, in memory
 // for the round loop to broadcast: s and pscale as trit_scale makes them.
 struct StepScales {
-  static constexpr uint64_t kMaxSteps = 2048;  // 65536 elements: every span terngrad.cpp makes
+  // 65536 elements: every span of more than one scale that terngrad.cpp makes, unless its groups are
+  // longer than a span (the others take the loop that checks each step).
+  static constexpr uint64_t kMaxSteps = 2048;
   alignas(32) float s[kMaxSteps], pscale[kMaxSteps];
   // Lays out the first `steps` steps' constants; false if some scale's do not suit the vector loops.
   template <bool kStochastic>
