@@ -640,29 +640,14 @@ struct StepScales {
   // Lays out the first `steps` steps' constants; false if some scale's do not suit the vector loops.
   template <bool kStochastic>
   GCZ_AVX2_INLINE bool make(const TernGradEncodeSpan& j, uint64_t steps) {
-    const uint64_t per = j.piece / 32, groups = (steps + per - 1) / per;
-    alignas(32) float p[8];
-    const __m256 zero = _mm256_setzero_ps(), most = _mm256_set1_ps(3.40282346638528859812e+38f);
-    for (uint64_t g = 0, t = 0; g < groups; g += 8) {
-      const uint64_t n = std::min<uint64_t>(8, groups - g);
-      __m256 scale;  // trit_scale's constants, eight scales at a time (1 / s as 1 / 1 where s is 0)
-      if (n == 8) {
-        scale = _mm256_loadu_ps(j.scales + g);
-      } else {
-        alignas(32) float some[8] = {};
-        std::memcpy(some, j.scales + g, n * sizeof(float));
-        scale = _mm256_load_ps(some);
-      }
-      const __m256 positive = _mm256_cmp_ps(scale, zero, _CMP_GT_OQ), one = _mm256_set1_ps(1.0f);
-      __m256 inv = _mm256_and_ps(_mm256_div_ps(one, _mm256_blendv_ps(one, scale, positive)), positive);
-      if constexpr (kStochastic) inv = _mm256_mul_ps(inv, _mm256_set1_ps(256.0f));
-      if (_mm256_movemask_ps(_mm256_cmp_ps(inv, most, _CMP_LE_OQ)) != 0xFF) return false;
-      _mm256_store_ps(p, inv);
-      for (uint64_t k = 0; k < n; ++k) {
-        for (uint64_t q = 0; q < per && t < steps; ++q, ++t) {
-          s[t] = j.scales[g + k];
-          pscale[t] = p[k];
-        }
+    const uint64_t per = j.piece / 32;
+    for (uint64_t g = 0, t = 0; t < steps; ++g) {
+      const TritScale c = trit_scale<kStochastic>(j.scales[g]);
+      if (!c.vector) return false;
+      const float scale = _mm256_cvtss_f32(c.s), pscale_g = _mm256_cvtss_f32(c.pscale);
+      for (uint64_t q = 0; q < per && t < steps; ++q, ++t) {
+        s[t] = scale;
+        pscale[t] = pscale_g;
       }
     }
     return true;
