@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "codecs/quant_uniforms.h"
+
 namespace gcz::detail::avx2 {
 
 #define GCZ_AVX2_INLINE [[gnu::always_inline, gnu::target("avx2")]] inline
@@ -65,9 +67,20 @@ GCZ_AVX2_INLINE void load_rest(const float* x, uint64_t rest, __m256i* xi) {
 // For the lambdas that steps32 calls: force-inlined AVX2 code like the functions here.
 #define GCZ_AVX2_LAMBDA __attribute__((always_inline, target("avx2")))
 
+// The tie masks (note_ties, in the packs' order) of the first `rest` elements of a step, rest 0..32.
+struct PackedKeep {
+  uint32_t mask[33];
+  constexpr PackedKeep() : mask{} {
+    for (unsigned rest = 0; rest <= 32; ++rest) {
+      for (unsigned b = 0; b < 32; ++b) mask[rest] |= tie_element(b) < rest ? uint32_t{1} << b : 0u;
+    }
+  }
+};
+inline constexpr PackedKeep kPackedKeep;
+
 // The span loops' walk over a group x[0, n): step(xi, i, bytes, keep) for each 32 elements from i,
-// given as bits, writes their 32 result bytes at bytes and notes ties only where `keep` has a bit
-// (the elements that exist). The last (n mod 32) elements get the same step, with the lanes past the
+// given as bits, writes their 32 result bytes at bytes and notes ties only where `keep` (a tie mask)
+// has a bit (the elements that exist). The last (n mod 32) elements get the same step, with the lanes past the
 // group loaded as zeros and the result through a buffer of which only they are kept. Even for one
 // element this beats the scalar loops, whose rounding branches mispredict about every other time
 // (on 16 MiB, `qsgd:group=100,bits=4` took 1.13 ns per element with its last 4 scalar, 0.73 so).
@@ -86,7 +99,7 @@ GCZ_AVX2_INLINE void steps32(const float* x, uint64_t n, uint8_t* out, const Ste
   __m256i xi[4];
   load_rest(x + i, rest, xi);
   alignas(32) uint8_t bytes[32];
-  step(xi, i, bytes, (uint32_t{1} << rest) - 1);
+  step(xi, i, bytes, kPackedKeep.mask[rest]);
   std::memcpy(out + i, bytes, rest);
 }
 

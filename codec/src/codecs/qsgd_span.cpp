@@ -335,7 +335,7 @@ GCZ_AVX2_INLINE __m256i fixed8_avx2(__m256i xi, __m256 inv17, __m256 s17, __m256
 // 0.5 exactly when R mod 2^17 >= 2^16, so l + up = (R + 2^16) >> 17. Stochastic: R >> 9 narrows to 16
 // bits as l * 2^8 + t, t = floor(2^17 frac) >> 9 the top byte of the rounding threshold, which the
 // coarse draw bytes u (element order) meet: u < t rounds up, u > t down, and u = t (one element in
-// 256) stays down here and is noted in tie_mask (bit k for element k) for a fine byte to settle.
+// 256) stays down here and is noted in tie_mask (note_ties) for a fine byte to settle.
 template <bool kStochastic>
 GCZ_AVX2_INLINE __m256i levels32_avx2(const __m256i* fx, const uint8_t* u, uint32_t& tie_mask) {
   if constexpr (kStochastic) {
@@ -345,8 +345,7 @@ GCZ_AVX2_INLINE __m256i levels32_avx2(const __m256i* fx, const uint8_t* u, uint3
     const __m256i l = _mm256_packus_epi16(_mm256_srli_epi16(w01, 8), _mm256_srli_epi16(w23, 8));
     const __m256i t = _mm256_packus_epi16(_mm256_and_si256(w01, low), _mm256_and_si256(w23, low));
     const __m256i d = avx2::in_pack_order(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
-    const __m256i tie = _mm256_cmpeq_epi8(t, d);
-    tie_mask = static_cast<uint32_t>(_mm256_movemask_epi8(avx2::in_element_order(tie)));
+    tie_mask = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(t, d)));  // the packs' order
     return _mm256_add_epi8(l, _mm256_min_epu8(_mm256_subs_epu8(t, d), _mm256_set1_epi8(1)));  // + (d < t)
   } else {
     tie_mask = 0;

@@ -425,11 +425,20 @@ struct TritScale {
   __m256 s, pscale;
   bool vector;
 };
+// The pscale of eight scales s at once (finite, >= 0; inv = 1 / s, 0 for s = 0, which is not divided
+// by); returns a bit per lane whose constants suit the vector loops.
+template <bool kStochastic>
+GCZ_AVX2_INLINE int trit_pscales8(__m256 s, __m256& pscale) {
+  const __m256 one = _mm256_set1_ps(1.0f), positive = _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ);
+  const __m256 inv = _mm256_and_ps(_mm256_div_ps(one, _mm256_blendv_ps(one, s, positive)), positive);
+  pscale = kStochastic ? _mm256_mul_ps(inv, _mm256_set1_ps(256.0f)) : inv;
+  return _mm256_movemask_ps(_mm256_cmp_ps(pscale, _mm256_set1_ps(3.40282346638528859812e+38f), _CMP_LE_OQ));
+}
 template <bool kStochastic>
 GCZ_AVX2_INLINE TritScale trit_scale(float s) {
-  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-  const float pscale = kStochastic ? inv * 256.0f : inv;
-  return {_mm256_set1_ps(s), _mm256_set1_ps(pscale), pscale <= 3.40282346638528859812e+38f};
+  TritScale c{_mm256_set1_ps(s), _mm256_setzero_ps(), false};
+  c.vector = trit_pscales8<kStochastic>(c.s, c.pscale) == 0xFF;
+  return c;
 }
 
 // p of eight elements (their bits xi) times c.pscale (any value for a non-finite x, which `finite`
@@ -446,8 +455,8 @@ GCZ_AVX2_INLINE __m256 p8_avx2(__m256i xi, const TritScale& c, __m256i& finite) 
 // lane), as a byte mask in the packs' interleaved order (avx2::pack_interleaved): 0xFF where the trit
 // is zero (stochastic) or where it is nonzero (deterministic); nonzero_only applies it.
 // Stochastic: floor(2^8 p) narrows to a byte d, which the coarse draw bytes u meet: u < d is nonzero,
-// u > d zero, and u = d (one element in 256) stays zero here and is noted in tie_mask (bit k for
-// element k) for its fine byte to settle. The packs saturate d = 256 (p = 1) to 255, which is still
+// u > d zero, and u = d (one element in 256) stays zero here and is noted in tie_mask (note_ties)
+// for its fine byte to settle. The packs saturate d = 256 (p = 1) to 255, which is still
 // exact: every u below 255 is nonzero then, and u = 255 is settled. A non-finite x has d = 0.
 // Deterministic: p >= 1/2 and x finite.
 template <bool kStochastic, bool kFinite>
@@ -460,7 +469,7 @@ GCZ_AVX2_INLINE __m256i trit_mask32(const __m256i* xi, const uint8_t* u, const T
     for (int k = 0; k < 4; ++k) top[k] = _mm256_and_si256(_mm256_cvttps_epi32(p[k]), fin[k]);
     const __m256i d = avx2::pack_interleaved(top[0], top[1], top[2], top[3]);
     const __m256i draws = avx2::in_pack_order(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
-    tie_mask = static_cast<uint32_t>(_mm256_movemask_epi8(avx2::in_element_order(_mm256_cmpeq_epi8(d, draws))));
+    tie_mask = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(d, draws)));  // the packs' order
     return _mm256_cmpeq_epi8(_mm256_subs_epu8(d, draws), _mm256_setzero_si256());  // u >= d
   } else {
     tie_mask = 0;
@@ -626,43 +635,51 @@ GCZ_AVX2_INLINE void trit_step(const TernGradEncodeSpan& j, uint64_t i, uint64_t
 // How the round loop finds each step's scale: kCheckScale, step_scale at every step; kOneScale, the
 // span has one scale, c, and its vector loops apply (no step moves to another scale or checks c:
 // with a tensor scale, the whole encode in cache went from 0.553 to 0.517 ns per element);
-// kStepScales, every step's constants were laid out beforehand (StepScales) and all of them suit the
-// vector loops.
-enum ScaleMode { kCheckScale, kOneScale, kStepScales };
+// kGroupTable, every group's constants were worked out beforehand (GroupTable) and all of them suit
+// the vector loops.
+enum ScaleMode { kCheckScale, kOneScale, kGroupTable };
 
-// The scale constants of each step of 32 elements of a span whose pieces hold whole steps, in memory
-// for the round loop to broadcast: s and pscale as trit_scale makes them.
-struct StepScales {
-  // 65536 elements: every span of more than one scale that terngrad.cpp makes, unless its groups are
-  // longer than a span (the others take the loop that checks each step).
-  static constexpr uint64_t kMaxSteps = 2048;
-  alignas(32) float s[kMaxSteps], pscale[kMaxSteps];
-  // Lays out the first `steps` steps' constants; false if some scale's do not suit the vector loops.
+// The scale constants of each group of a span whose groups hold whole steps of 32, in memory for the
+// round loop to broadcast: s and pscale as trit_scale makes them, eight groups to a division.
+struct GroupTable {
+  // Spans of up to 65536 elements, in groups of 32 or more: every span of more than one scale that
+  // terngrad.cpp makes, unless its groups are longer than a span (the others take the loop that
+  // checks each step).
+  static constexpr uint64_t kMaxSteps = 2048, kMaxGroups = kMaxSteps;
+  alignas(32) float s[kMaxGroups], pscale[kMaxGroups];
+  uint64_t magic;  // step t's group, t / (piece / 32), is (t * magic) >> 32 for every step of a span
+  // Works out the constants of the span's groups; false if some group's do not suit the vector loops.
   template <bool kStochastic>
-  GCZ_AVX2_INLINE bool make(const TernGradEncodeSpan& j, uint64_t steps) {
-    const uint64_t per = j.piece / 32;
-    for (uint64_t g = 0, t = 0; t < steps; ++g) {
-      const TritScale c = trit_scale<kStochastic>(j.scales[g]);
-      if (!c.vector) return false;
-      const float scale = _mm256_cvtss_f32(c.s), pscale_g = _mm256_cvtss_f32(c.pscale);
-      for (uint64_t q = 0; q < per && t < steps; ++q, ++t) {
-        s[t] = scale;
-        pscale[t] = pscale_g;
-      }
+  GCZ_AVX2_INLINE bool make(const TernGradEncodeSpan& j) {
+    if (j.len / 32 > kMaxSteps) return false;
+    const uint64_t groups = (j.len + j.piece - 1) / j.piece, per = j.piece / 32;
+    // (t * ceil(2^32 / per)) >> 32 = floor(t / per) while t * per < 2^32; here t, per <= 2^11.
+    magic = ((uint64_t{1} << 32) + per - 1) / per;
+    int ok = 0xFF;
+    for (uint64_t g = 0; g < groups; g += 8) {
+      alignas(32) float last[8] = {1, 1, 1, 1, 1, 1, 1, 1};  // lanes past the span's groups: a valid scale
+      std::memcpy(last, j.scales + g, std::min<uint64_t>(8, groups - g) * sizeof(float));
+      const __m256 scale = _mm256_load_ps(last);
+      __m256 pscale8;
+      ok &= trit_pscales8<kStochastic>(scale, pscale8);
+      _mm256_store_ps(s + g, scale);
+      _mm256_store_ps(pscale + g, pscale8);
     }
-    return true;
+    return ok == 0xFF;
   }
+  GCZ_AVX2_INLINE uint64_t group_of_step(uint64_t t) const { return (t * magic) >> 32; }
 };
 
 // Step k of the round at element i, as weighted trits; ties as for trit_run_avx2. g, left and c as
-// for step_scale (kCheckScale); `steps` the laid-out constants (kStepScales).
+// for step_scale (kCheckScale); `table` the groups' constants (kGroupTable).
 template <bool kStochastic, bool kFinite, ScaleMode kMode>
 GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, int k, uint64_t& g, uint64_t& left,
-                                      TritScale& c, const StepScales* steps, uint64_t& ties) {
+                                      TritScale& c, const GroupTable* table, uint64_t& ties) {
   if constexpr (kMode == kCheckScale) step_scale<kStochastic>(j, g, left, c);
-  if constexpr (kMode == kStepScales) {
-    c.s = _mm256_broadcast_ss(steps->s + i / 32);
-    c.pscale = _mm256_broadcast_ss(steps->pscale + i / 32);
+  if constexpr (kMode == kGroupTable) {
+    const uint64_t group = table->group_of_step(i / 32);
+    c.s = _mm256_broadcast_ss(table->s + group);
+    c.pscale = _mm256_broadcast_ss(table->pscale + group);
   }
   if (kMode != kCheckScale || c.vector) {
     uint32_t tie_mask;
@@ -678,20 +695,21 @@ GCZ_AVX2_INLINE __m256i weighted_step(const TernGradEncodeSpan& j, uint64_t i, i
 }
 
 // The whole rounds of 160 elements from element 0, straight to their packed bytes; returns where they
-// end. g, left, c, steps and ties as for weighted_step.
+// end. g, left, c, table and ties as for weighted_step.
 template <bool kStochastic, bool kFinite, ScaleMode kMode>
 GCZ_AVX2_INLINE uint64_t rounds_avx2(const TernGradEncodeSpan& j, uint64_t& g, uint64_t& left, TritScale& c,
-                                     const StepScales* steps, uint64_t& ties) {
+                                     const GroupTable* table, uint64_t& ties) {
   uint64_t i = 0;
   for (; i + 160 <= j.len; i += 160) {
     __m256i w[5];
+#pragma GCC unroll 5
     for (int k = 0; k < 5; ++k) {
-      w[k] = weighted_step<kStochastic, kFinite, kMode>(j, i + 32 * k, k, g, left, c, steps, ties);
+      w[k] = weighted_step<kStochastic, kFinite, kMode>(j, i + 32 * k, k, g, left, c, table, ties);
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
   }
   if constexpr (kMode == kOneScale) left -= i;
-  if (kMode == kStepScales && i > 0) {  // where step_scale would have left them: the last step's piece
+  if (kMode == kGroupTable && i > 0) {  // where step_scale would have left them: the last step's piece
     g = (i - 1) / j.piece;
     left = j.piece * (g + 1) - i;
     c = trit_scale<kStochastic>(j.scales[g]);
@@ -709,12 +727,12 @@ GCZ_AVX2_INLINE uint64_t trit_pack_run_avx2(const TernGradEncodeSpan& span) {
   uint64_t g = 0, left = j.piece, ties = 0;
   TritScale c = trit_scale<kStochastic>(j.scales[0]);
   uint64_t i;
-  StepScales steps;
+  GroupTable table;
   if (j.piece >= j.len) {
     i = c.vector ? rounds_avx2<kStochastic, kFinite, kOneScale>(j, g, left, c, nullptr, ties)
                  : rounds_avx2<kStochastic, kFinite, kCheckScale>(j, g, left, c, nullptr, ties);
-  } else if (j.len / 32 <= StepScales::kMaxSteps && steps.make<kStochastic>(j, j.len / 32)) {
-    i = rounds_avx2<kStochastic, kFinite, kStepScales>(j, g, left, c, &steps, ties);
+  } else if (table.make<kStochastic>(j)) {
+    i = rounds_avx2<kStochastic, kFinite, kGroupTable>(j, g, left, c, &table, ties);
   } else {
     i = rounds_avx2<kStochastic, kFinite, kCheckScale>(j, g, left, c, nullptr, ties);
   }
