@@ -162,18 +162,33 @@ GCZ_CPU_INLINE void trit_run(const float* x, const uint8_t* u, uint8_t* t, uint6
 
 // The trits of the span's elements noted in ties[0, 2 count) (note_ties; a zero trit so far), with
 // the whole 16-bit draw, added into the packed bytes.
-GCZ_CPU_INLINE void settle_ties(const TernGradEncodeSpan& j, uint64_t count) {
+// A span of one scale (a tensor scale) takes its s and 1 / s once, not a division per tie for each.
+template <bool kOneScale, bool kBase3>
+GCZ_CPU_INLINE void settle_ties(const TernGradEncodeSpan& span, uint64_t count) {
   static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const TernGradEncodeSpan j = span;  // a copy: the byte stores cannot alias its fields
+  const float s0 = j.scales[0], inv0 = s0 > 0.0f ? 1.0f / s0 : 0.0f;
   for_each_tie(j.ties, count, j.fine, [&](uint64_t e, uint32_t fine) {
-    const float s = j.scales[e / j.piece], inv = s > 0.0f ? 1.0f / s : 0.0f;
+    float s = s0, inv = inv0;
+    if constexpr (!kOneScale) {
+      s = j.scales[e / j.piece];
+      inv = s > 0.0f ? 1.0f / s : 0.0f;
+    }
     const uint16_t draw = static_cast<uint16_t>((uint32_t{j.u[e]} << 8) | fine);
     const uint32_t t = trit<true>(j.x[e], s, inv, Rng::to_uniform(draw));
-    if (j.base3) {
+    if constexpr (kBase3) {
       j.out[e / 5] = static_cast<uint8_t>(j.out[e / 5] + t * kPow3[e % 5]);
     } else {
       j.out[e / 4] = static_cast<uint8_t>(j.out[e / 4] | (t << (2 * (e % 4))));
     }
   });
+}
+GCZ_CPU_INLINE void settle_ties(const TernGradEncodeSpan& j, uint64_t count) {
+  if (count == 0) return;
+  if (j.piece >= j.len) {
+    return j.base3 ? settle_ties<true, true>(j, count) : settle_ties<true, false>(j, count);
+  }
+  return j.base3 ? settle_ties<false, true>(j, count) : settle_ties<false, false>(j, count);
 }
 
 // The five trits of each base-3 byte (bytes 243..255 hold none: all zero here, rejected before use).
