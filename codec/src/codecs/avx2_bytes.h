@@ -80,10 +80,11 @@ inline constexpr PackedKeep kPackedKeep;
 
 // The span loops' walk over a group x[0, n): step(xi, i, bytes, keep) for each 32 elements from i,
 // given as bits, writes their 32 result bytes at bytes and notes ties only where `keep` (a tie mask)
-// has a bit (the elements that exist). The last (n mod 32) elements get the same step, with the lanes past the
-// group loaded as zeros and the result through a buffer of which only they are kept. Even for one
-// element this beats the scalar loops, whose rounding branches mispredict about every other time
-// (on 16 MiB, `qsgd:group=100,bits=4` took 1.13 ns per element with its last 4 scalar, 0.73 so).
+// has a bit (the elements that exist). The last (n mod 32) elements get the same step, with the
+// lanes past the group loaded as zeros and the result through a buffer of which only they are kept.
+// Even for one element this beats the scalar loops, whose rounding branches mispredict about every
+// other time (on 16 MiB, `qsgd:group=100,bits=4` took 1.13 ns per element with its last 4 scalar,
+// 0.73 so).
 // kPrefetch: each whole step also prefetches the next span (prefetch_next_span).
 template <bool kPrefetch, typename Step>
 GCZ_AVX2_INLINE void steps32(const float* x, uint64_t n, uint8_t* out, const Step& step) {
