@@ -1,5 +1,9 @@
 // gcz bench: codec throughput in GB/s beside memcpy measured in the same run.
+#include <unistd.h>
+
+#include <cstdio>
 #include <memory>
+#include <string>
 
 #include "commands.h"
 #include "common.h"
@@ -32,9 +36,18 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->footer(
       "Timings are in-memory (no file I/O); GB/s counts input bytes (1 GB = 1e9 bytes). 'x memcpy' divides by\n"
       "single-threaded memcpy of the same bytes in the same run; 'scaling' by the codec's first thread count.\n"
+      "The yardsticks copy and read the same bytes on each thread count: a codec bound by the memory's\n"
+      "bandwidth scales with threads no better than they do.\n"
       "The machine may be shared and noisy: compare ratios, not absolute numbers.\n"
       "Examples:\n  gcz bench\n  gcz bench samples/grads/step_0000.safetensors -c fp16 -c bf16+zstd");
   return [a]() {
+    // The run holds about five copies of the data (input, the memcpy pair, streams, decoded values).
+    const uint64_t ram_mib = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) >> 20;
+    if (a->inputs.empty() && (a->size_mib < 1 || a->size_mib > ram_mib / 5)) {
+      return report_error(invalid_argument("--size-mib must be 1.." + std::to_string(ram_mib / 5) +
+                                           " (the run holds about five copies of the data, and this machine has " +
+                                           std::to_string(ram_mib) + " MiB), got " + std::to_string(a->size_mib)));
+    }
     BenchOptions o;
     o.inputs = a->inputs;
     o.synthetic_bytes = a->size_mib << 20;
@@ -43,21 +56,37 @@ RunFn add_bench_command(CLI::App& app) {
     auto device = parse_device(a->device);
     if (!device) return report_error(device.status());
     o.device = *device;
+    // The tables are printed as the measurements come: a long run shows its progress row by row.
+    std::size_t printed = 0;
+    o.progress = [&](const BenchResult& r) {
+      if (printed == 0 && r.rows.empty()) {
+        std::printf("data: %s in %llu tensor(s)%s, backend %s, best of %d timed runs after a warm-up\n",
+                    human_bytes(r.input_bytes).c_str(), static_cast<unsigned long long>(r.tensors),
+                    a->inputs.empty() ? " (synthetic float32)" : "", std::string(backend_name(r.backend)).c_str(),
+                    a->repeats);
+        std::printf("memcpy (1 thread): %.2f GB/s\n\n", r.memcpy_gbps);
+        std::printf("%-34s %7s %12s %8s %12s %8s\n", "yardstick", "threads", "memcpy GB/s", "scaling", "read GB/s",
+                    "scaling");
+        const BenchYardstick& one = r.yardsticks.front();
+        for (const BenchYardstick& y : r.yardsticks) {
+          std::printf("%-34s %7u %12.2f %8.2f %12.2f %8.2f\n", "machine (the same bytes)", y.threads, y.memcpy_gbps,
+                      y.memcpy_gbps / one.memcpy_gbps, y.read_gbps, y.read_gbps / one.read_gbps);
+        }
+        std::printf("\n%-34s %7s %7s %12s %9s %8s %12s %9s %8s\n", "codec", "threads", "ratio", "encode GB/s",
+                    "x memcpy", "scaling", "decode GB/s", "x memcpy", "scaling");
+      }
+      for (; printed < r.rows.size(); ++printed) {
+        const BenchRow& row = r.rows[printed];
+        const BenchRow* base = &row;  // the first thread count of the same spec
+        while (base != r.rows.data() && (base - 1)->spec == row.spec) --base;
+        std::printf("%-34s %7u %7.2f %12.2f %9.2f %8.2f %12.2f %9.2f %8.2f\n", row.spec.c_str(), row.threads,
+                    row.ratio, row.encode_gbps, row.encode_gbps / r.memcpy_gbps, row.encode_gbps / base->encode_gbps,
+                    row.decode_gbps, row.decode_gbps / r.memcpy_gbps, row.decode_gbps / base->decode_gbps);
+      }
+      std::fflush(stdout);
+    };
     auto r = run_bench(a->specs, o);
     if (!r) return report_error(r.status());
-    std::printf("data: %s in %llu tensor(s)%s, backend %s, best of %d timed runs after a warm-up\n", human_bytes(r->input_bytes).c_str(),
-                static_cast<unsigned long long>(r->tensors), a->inputs.empty() ? " (synthetic float32)" : "",
-                std::string(backend_name(r->backend)).c_str(), a->repeats);
-    std::printf("memcpy (1 thread): %.2f GB/s\n\n", r->memcpy_gbps);
-    std::printf("%-34s %7s %7s %12s %9s %8s %12s %9s %8s\n", "codec", "threads", "ratio", "encode GB/s", "x memcpy",
-                "scaling", "decode GB/s", "x memcpy", "scaling");
-    const BenchRow* base = nullptr;
-    for (const BenchRow& row : r->rows) {
-      if (!base || base->spec != row.spec) base = &row;  // the first thread count of each spec
-      std::printf("%-34s %7u %7.2f %12.2f %9.2f %8.2f %12.2f %9.2f %8.2f\n", row.spec.c_str(), row.threads, row.ratio,
-                  row.encode_gbps, row.encode_gbps / r->memcpy_gbps, row.encode_gbps / base->encode_gbps,
-                  row.decode_gbps, row.decode_gbps / r->memcpy_gbps, row.decode_gbps / base->decode_gbps);
-    }
     return static_cast<int>(kExitOk);
   };
 }

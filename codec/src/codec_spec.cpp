@@ -163,4 +163,11 @@ Result<EncodingPlan> parse_encoding_plan(std::string_view text) {
   return plan_from_spec(spec);
 }
 
+Result<EncodingPlan> check_encoding_plan(std::string_view text) {
+  GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, parse_encoding_plan(text));
+  auto codec = make_codec(plan.codec.name, plan.codec.params, Backend::kCpu);
+  if (!codec) return Status(StatusCode::kInvalidArgument, codec.status().message());
+  return plan;
+}
+
 }  // namespace gcz

@@ -17,6 +17,8 @@
 namespace gcz {
 namespace {
 
+constexpr unsigned kMaxBenchThreads = 1024;
+
 struct Tensor {
   TensorInfo info;
   ByteBuffer data;
@@ -212,18 +214,91 @@ Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensor
   return row;
 }
 
+// XOR of the 8-byte words of p[0, n) (n a multiple of 8), in eight independent lanes so that the
+// loop is bound by the loads.
+uint64_t xor_words(const std::byte* p, std::size_t n) {
+  uint64_t lane[8] = {};
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int k = 0; k < 8; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * k, 8);
+      lane[k] ^= w;
+    }
+  }
+  for (int k = 0; i < n; i += 8, ++k) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    lane[k] ^= w;
+  }
+  uint64_t all = 0;
+  for (uint64_t w : lane) all ^= w;
+  return all;
+}
+
+// Runs f(k, begin, end) for k = 0 .. threads - 1 over contiguous shares of [0, n) cut at multiples
+// of 64 bytes, share 0 on the calling thread and each other share on a thread of its own.
+template <class F>
+void on_threads(unsigned threads, std::size_t n, const F& f) {
+  auto bound = [&](unsigned k) { return k == threads ? n : n / threads * k / 64 * 64; };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < threads; ++k) pool.emplace_back([&f, &bound, k] { f(k, bound(k), bound(k + 1)); });
+  f(0u, bound(0), bound(1));
+  for (std::thread& t : pool) t.join();
+}
+
+// memcpy from a to b, and a read of a, on `threads` threads. The read's XOR has to match the
+// single-threaded one in every run: that is what keeps the compiler from dropping the reads.
+Result<BenchYardstick> measure_yardstick(const ByteBuffer& a, ByteBuffer& b, unsigned threads, int repeats) {
+  BenchYardstick y{threads};
+  GCZ_ASSIGN_OR_RETURN(double copy, best_time(repeats, [&] {
+                         on_threads(threads, a.size(), [&](unsigned, std::size_t lo, std::size_t hi) {
+                           std::memcpy(b.data() + lo, a.data() + lo, hi - lo);
+                         });
+                         return Status::ok();
+                       }));
+  const std::size_t n = a.size() / 8 * 8;  // whole words; a.size() is whole elements, maybe of 2 bytes
+  const uint64_t expect = xor_words(a.data(), n);
+  std::vector<uint64_t> part(threads);
+  GCZ_ASSIGN_OR_RETURN(double read, best_time(repeats, [&]() -> Status {
+                         on_threads(threads, n, [&](unsigned k, std::size_t lo, std::size_t hi) {
+                           part[k] = xor_words(a.data() + lo, hi - lo);
+                         });
+                         uint64_t all = 0;
+                         for (uint64_t w : part) all ^= w;
+                         if (all != expect) return internal_error("the benchmark's read yardstick lost bytes");
+                         return Status::ok();
+                       }));
+  y.memcpy_gbps = static_cast<double>(a.size()) / copy / 1e9;
+  y.read_gbps = static_cast<double>(n) / read / 1e9;
+  return y;
+}
+
 }  // namespace
 
 Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options) {
+  // The options first: a typo fails at once, before the inputs are read and minutes are measured.
   if (options.repeats < 1) return invalid_argument("--repeat must be at least 1");
+  if (options.threads.empty()) return invalid_argument("--threads needs at least one thread count");
+  for (unsigned threads : options.threads) {
+    if (threads < 1 || threads > kMaxBenchThreads) {
+      return invalid_argument("--threads values must be 1.." + std::to_string(kMaxBenchThreads) + ", got " +
+                              std::to_string(threads));
+    }
+  }
+  for (const std::string& spec : specs) {
+    GCZ_RETURN_IF_ERROR(check_encoding_plan(spec).status().with_context("codec spec '" + spec + "'"));
+  }
   BenchResult result;
   GCZ_ASSIGN_OR_RETURN(result.backend, resolve_backend(options.device));
   GCZ_ASSIGN_OR_RETURN(std::vector<Tensor> tensors, load_inputs(options));
   for (const Tensor& t : tensors) result.input_bytes += t.data.size();
   result.tensors = tensors.size();
   if (result.input_bytes == 0) return invalid_argument("the benchmark inputs hold no elements");
+  auto row_threads = [&](unsigned threads) { return result.backend == Backend::kCpu ? threads : 1u; };
 
-  // The yardstick: the same bytes copied between two buffers that are already resident.
+  // The yardsticks: the same bytes copied between two buffers that are already resident, and read,
+  // on one thread (what 'x memcpy' divides by) and on every thread count of the rows.
   ByteBuffer a(result.input_bytes), b(result.input_bytes);
   std::size_t off = 0;
   for (const Tensor& t : tensors) {
@@ -231,19 +306,23 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
     off += t.data.size();
   }
   std::memset(b.data(), 1, b.size());
-  GCZ_ASSIGN_OR_RETURN(double copy, best_time(options.repeats, [&] {
-                         std::memcpy(b.data(), a.data(), a.size());
-                         return Status::ok();
-                       }));
-  result.memcpy_gbps = static_cast<double>(result.input_bytes) / copy / 1e9;
+  std::vector<unsigned> counts = {1};
+  for (unsigned threads : options.threads) counts.push_back(row_threads(threads));
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  for (unsigned threads : counts) {
+    GCZ_ASSIGN_OR_RETURN(BenchYardstick y, measure_yardstick(a, b, threads, options.repeats));
+    result.yardsticks.push_back(y);
+  }
+  result.memcpy_gbps = result.yardsticks[0].memcpy_gbps;
+  if (options.progress) options.progress(result);
 
   for (const std::string& spec : specs) {
     for (unsigned threads : options.threads) {
-      if (threads < 1) return invalid_argument("--threads values must be at least 1");
-      auto row = bench_spec(spec, tensors, result.backend, options.repeats, result.input_bytes,
-                            result.backend == Backend::kCpu ? threads : 1);
+      auto row = bench_spec(spec, tensors, result.backend, options.repeats, result.input_bytes, row_threads(threads));
       if (!row) return row.status().with_context("spec '" + spec + "'");
       result.rows.push_back(*row);
+      if (options.progress) options.progress(result);
     }
   }
   return result;

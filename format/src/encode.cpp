@@ -52,10 +52,8 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   // Check every codec spec once before any work: a typo should fail at once, not after an hour. A
   // codec the user names that does not exist is a usage error here (in a file it is kUnsupported).
   auto check_spec = [](const std::string& spec, const std::string& where) -> Result<EncodingPlan> {
-    auto plan = parse_encoding_plan(spec);
+    auto plan = check_encoding_plan(spec);
     if (!plan) return plan.status().with_context(where);
-    auto c = make_codec(plan->codec.name, plan->codec.params, Backend::kCpu);
-    if (!c) return Status(StatusCode::kInvalidArgument, where + ": " + c.status().message());
     return plan;
   };
   GCZ_ASSIGN_OR_RETURN(EncodingPlan default_plan, check_spec(options.spec, "codec spec '" + options.spec + "'"));

@@ -406,6 +406,47 @@ def test_nonfinite_input_warns_and_counts(tmp_path):
     assert y[10] == np.inf and y[20] == -np.inf
 
 
+def bench_tables(stdout: str) -> Dict[str, List[List[str]]]:
+    """gcz bench's tables, by the first word of their header: rows split on whitespace."""
+    tables: Dict[str, List[List[str]]] = {}
+    for block in stdout.split("\n\n"):
+        lines = [ln for ln in block.splitlines() if ln.strip()]
+        if lines and lines[0].split()[0] in ("yardstick", "codec"):
+            tables[lines[0].split()[0]] = [ln.split() for ln in lines[1:]]
+    return tables
+
+
+def test_bench_prints_yardsticks_and_a_row_per_codec_and_thread_count():
+    r = gcz("bench", "--size-mib", "1", "--repeat", "1", "--threads", "1,2", "-c", "fp16", "-c", "terngrad",
+            check=True)
+    assert "memcpy (1 thread):" in r.stdout, r.stdout
+    tables = bench_tables(r.stdout)
+    # machine (the same bytes) THREADS MEMCPY SCALING READ SCALING
+    assert [row[4] for row in tables["yardstick"]] == ["1", "2"], r.stdout
+    for row in tables["yardstick"]:
+        assert all(float(v) > 0 for v in row[5:]), row
+    # SPEC THREADS RATIO ENC XMEMCPY SCALING DEC XMEMCPY SCALING
+    assert [(row[0], row[1]) for row in tables["codec"]] == [
+        ("fp16", "1"), ("fp16", "2"), ("terngrad", "1"), ("terngrad", "2")], r.stdout
+    assert [row[2] for row in tables["codec"]] == ["2.00", "2.00", "20.00", "20.00"], r.stdout
+
+
+@pytest.mark.parametrize("args, names", [
+    (["-c", "fp17"], "fp17"),
+    (["-c", "fp16", "-c", "qsgd:bits=9"], "qsgd:bits=9"),
+    (["--threads", "1,0"], "--threads"),
+    (["--repeat", "0"], "--repeat"),
+    (["--size-mib", "0"], "--size-mib"),
+    (["--size-mib", str(1 << 40)], "--size-mib"),
+])
+def test_bench_refuses_bad_arguments_before_measuring(args, names):
+    base = [a for k in ("--size-mib", "--repeat") if k not in args for a in (k, "1")]
+    r = gcz("bench", *base, *args)
+    assert r.returncode == EXIT_USAGE, (args, r.returncode, r.stderr)
+    assert names in error_line(r), (names, r.stderr)
+    assert r.stdout == "", f"printed before refusing: {r.stdout}"
+
+
 # ------------------------------------------------------------------------------------------------
 # 4. decoding
 

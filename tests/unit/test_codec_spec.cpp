@@ -54,6 +54,24 @@ TEST(EncodingPlan, RejectsMisplacedOrBadStages) {
   EXPECT_NE(bad_key.status().message().find("lvl"), std::string::npos);
 }
 
+// What a command checks before any work: the plan, and the codec made with its parameters. Whatever
+// fails is the user's usage error, an unknown codec too (which parse_encoding_plan lets through).
+TEST(EncodingPlan, CheckMakesTheCodecAndCallsEveryFailureAUsageError) {
+  auto ok = check_encoding_plan("qsgd:bits=4+zstd");
+  ASSERT_TRUE(ok) << ok.status().message();
+  EXPECT_EQ(ok->codec.name, "qsgd");
+  EXPECT_EQ(ok->zstd_level, kDefaultZstdLevel);
+
+  ASSERT_TRUE(parse_encoding_plan("fp17"));
+  for (const char* bad : {"fp17", "qsgd:bits=9", "terngrad:group=4", "fp16:level=3", "zstd", "fp16+"}) {
+    auto r = check_encoding_plan(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad << ": " << r.status().message();
+  }
+  EXPECT_NE(check_encoding_plan("fp17").status().message().find("fp17"), std::string::npos);
+  EXPECT_NE(check_encoding_plan("qsgd:bits=9").status().message().find("bits"), std::string::npos);
+}
+
 TEST(MakeCodec, KnowsCastCodecsAndRejectsOthers) {
   for (const char* name : {"none", "fp32", "fp16", "bf16"}) {
     auto c = make_codec(name, {}, Backend::kCpu);

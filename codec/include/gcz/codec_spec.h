@@ -46,6 +46,10 @@ inline constexpr int kDefaultZstdLevel = 3;
 // Checks the stage names and the zstd stage's parameters. Codec parameters are checked by make_codec.
 Result<EncodingPlan> plan_from_spec(const CodecSpec& spec);
 Result<EncodingPlan> parse_encoding_plan(std::string_view text);
+// parse_encoding_plan, then the codec made once on the CPU to check its parameters: what a command
+// does with a spec the user typed, before any work. Every error, an unknown codec too, is
+// kInvalidArgument (a usage error; an unknown codec in a file is kUnsupported).
+Result<EncodingPlan> check_encoding_plan(std::string_view text);
 
 // The stage that really encodes tensor `t` when `stage` is asked for: a codec may hand tensors it does
 // not suit to its fallback (PowerSGD: 1-D tensors and matrices its factors would not shrink), so that

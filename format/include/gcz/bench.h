@@ -3,9 +3,11 @@
 //   gcz::BenchOptions o;                       // synthetic float32 data unless inputs are given
 //   auto r = gcz::run_bench({"fp16", "bf16"}, o);
 //   r->memcpy_gbps; r->rows[0].encode_gbps / r->memcpy_gbps;
+//   r->yardsticks[1].read_gbps;                // what 2 threads (if asked for) could read
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,9 @@ struct BenchOptions {
   std::vector<unsigned> threads = {1};  // measure each spec with each of these thread counts
   DeviceRequest device = DeviceRequest::kCpu;
   ReadOptions read;
+  // Called with what has been measured so far: once the yardsticks are, then after every row (so a
+  // caller can print rows as they come).
+  std::function<void(const struct BenchResult&)> progress;
 };
 
 struct BenchRow {
@@ -32,17 +37,28 @@ struct BenchRow {
   double ratio = 0;        // input bytes / stream bytes
 };
 
+// What the machine itself does with the input's bytes on a number of threads, each thread taking a
+// contiguous share: copy them (memcpy) and read them (an XOR over every 8-byte word). A codec bound
+// by the memory's bandwidth cannot scale with threads better than these do.
+struct BenchYardstick {
+  unsigned threads = 1;
+  double memcpy_gbps = 0;  // input bytes per second / 1e9, as the rows count them
+  double read_gbps = 0;
+};
+
 struct BenchResult {
   uint64_t input_bytes = 0;
   uint64_t tensors = 0;
   double memcpy_gbps = 0;  // the same number of bytes copied by one thread, best of the same repeats
+  std::vector<BenchYardstick> yardsticks;  // one per distinct thread count the rows use, ascending
   Backend backend = Backend::kCpu;
   std::vector<BenchRow> rows;
 };
 
 // Encodes and decodes the data in memory with each spec (the codec and its zstd stage; no file I/O)
 // on each thread count (element-wise codecs split every tensor into one piece per thread) and times
-// it against a single-threaded memcpy of the same bytes.
+// it against a single-threaded memcpy of the same bytes. The yardsticks are measured first, on every
+// thread count the rows use.
 Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options);
 
 }  // namespace gcz

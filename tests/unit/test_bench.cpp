@@ -1,0 +1,100 @@
+// run_bench on small synthetic data: what it measures and reports, and what it refuses before
+// measuring anything. (No speed is asserted: the machines are shared.)
+#include "gcz/bench.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace gcz {
+namespace {
+
+BenchOptions small(std::vector<unsigned> threads) {
+  BenchOptions o;
+  o.synthetic_bytes = 1 << 20;  // 256 rows of 1024 float32
+  o.repeats = 1;
+  o.threads = std::move(threads);
+  return o;
+}
+
+bool positive_finite(double v) { return v > 0 && std::isfinite(v); }
+
+TEST(Bench, YardsticksForEveryThreadCountAndRowsInOrder) {
+  BenchOptions o = small({2, 1, 2});
+  std::vector<std::size_t> rows_seen;
+  o.progress = [&](const BenchResult& r) {
+    rows_seen.push_back(r.rows.size());
+    EXPECT_EQ(r.yardsticks.size(), 2u);  // measured before the first call
+  };
+  auto r = run_bench({"fp16", "qsgd"}, o);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->input_bytes, 1u << 20);
+  EXPECT_EQ(r->tensors, 1u);
+  EXPECT_EQ(r->backend, Backend::kCpu);
+
+  // One yardstick per distinct thread count, ascending; 'x memcpy' divides by the 1-thread copy.
+  ASSERT_EQ(r->yardsticks.size(), 2u);
+  EXPECT_EQ(r->yardsticks[0].threads, 1u);
+  EXPECT_EQ(r->yardsticks[1].threads, 2u);
+  for (const BenchYardstick& y : r->yardsticks) {
+    EXPECT_TRUE(positive_finite(y.memcpy_gbps)) << y.threads << ": " << y.memcpy_gbps;
+    EXPECT_TRUE(positive_finite(y.read_gbps)) << y.threads << ": " << y.read_gbps;
+  }
+  EXPECT_EQ(r->memcpy_gbps, r->yardsticks[0].memcpy_gbps);
+
+  // A row per spec and thread count, in the order asked; the ratio is the streams' exact size.
+  ASSERT_EQ(r->rows.size(), 6u);
+  const unsigned threads[] = {2, 1, 2};
+  const uint64_t n = (1 << 20) / 4;
+  for (std::size_t i = 0; i < 6; ++i) {
+    const BenchRow& row = r->rows[i];
+    EXPECT_EQ(row.spec, i < 3 ? "fp16" : "qsgd");
+    EXPECT_EQ(row.threads, threads[i % 3]);
+    EXPECT_TRUE(positive_finite(row.encode_gbps)) << i;
+    EXPECT_TRUE(positive_finite(row.decode_gbps)) << i;
+    // fp16: 2 bytes per element; qsgd: 1 byte per element and a float32 scale per 128.
+    const double expect = i < 3 ? 2.0 : 4.0 * n / (n + n / 128 * 4);
+    EXPECT_DOUBLE_EQ(row.ratio, expect) << i;
+  }
+  // Progress: once the yardsticks are measured, then after every row.
+  EXPECT_EQ(rows_seen, (std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6}));
+}
+
+TEST(Bench, RefusesBadOptionsAndSpecsBeforeMeasuring) {
+  struct Case {
+    std::vector<std::string> specs;
+    BenchOptions options;
+    const char* names;  // what the message has to name
+  };
+  BenchOptions zero_repeats = small({1});
+  zero_repeats.repeats = 0;
+  std::vector<Case> cases = {
+      {{"fp16"}, small({}), "--threads"},
+      {{"fp16"}, small({1, 0}), "--threads"},
+      {{"fp16"}, small({1, 1025}), "--threads"},
+      {{"fp16"}, zero_repeats, "--repeat"},
+      {{"fp16", "fp17"}, small({1}), "fp17"},
+      {{"fp16", "qsgd:bits=9"}, small({1}), "qsgd:bits=9"},
+      {{"fp16+zstd:level=0"}, small({1}), "level"},
+  };
+  for (Case& c : cases) {
+    bool measured = false;
+    c.options.progress = [&](const BenchResult&) { measured = true; };
+    auto r = run_bench(c.specs, c.options);
+    ASSERT_FALSE(r) << c.names;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().message();
+    EXPECT_NE(r.status().message().find(c.names), std::string::npos) << r.status().message();
+    EXPECT_FALSE(measured) << c.names << ": measured before refusing";
+  }
+}
+
+TEST(Bench, MissingInputIsAnIoError) {
+  BenchOptions o = small({1});
+  o.inputs = {"/nonexistent/dir/grads.safetensors"};
+  auto r = run_bench({"fp16"}, o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().message();
+}
+
+}  // namespace
+}  // namespace gcz
