@@ -124,8 +124,11 @@ std::vector<Piece> make_pieces(const std::vector<Tensor>& tensors, uint64_t unit
   return pieces;
 }
 
-// Runs f(piece, thread) over the pieces on `threads` threads, each taking a contiguous share.
+// Runs f(piece, thread) over the pieces on `threads` threads, each taking a contiguous share; with
+// fewer pieces than threads, one thread per piece (the calling thread taking the first), so that no
+// thread is started only to wait.
 Status run_threads(std::vector<Piece>& pieces, unsigned threads, const std::function<Status(Piece&, unsigned)>& f) {
+  threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(pieces.size(), 1)));
   std::vector<Status> status(threads);
   auto work = [&](unsigned k) {
     const std::size_t lo = pieces.size() * k / threads, hi = pieces.size() * (k + 1) / threads;
