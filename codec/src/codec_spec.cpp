@@ -141,16 +141,18 @@ Result<EncodingPlan> plan_from_spec(const CodecSpec& spec) {
       return invalid_argument("codec spec '" + spec.to_string() + "': stage '" + st.name +
                               "' cannot follow a codec; only 'zstd' acts on streams");
     }
-    if (plan.zstd_level) return invalid_argument("codec spec '" + spec.to_string() + "': zstd given twice");
+    const std::string where = "codec spec '" + spec.to_string() + "'";
+    if (plan.zstd_level) return invalid_argument(where + ": zstd given twice");
     for (const auto& [k, v] : st.params) {
-      if (k != "level") return invalid_argument("codec 'zstd' has no parameter '" + k + "' (it takes level)");
+      if (k != "level") return invalid_argument(where + ": codec 'zstd' has no parameter '" + k + "' (it takes level)");
     }
-    GCZ_ASSIGN_OR_RETURN(int64_t level, get_int_param(st.params, "zstd", "level", kDefaultZstdLevel));
-    if (level < 1 || level > ZSTD_maxCLevel()) {
-      return invalid_argument("codec 'zstd': level must be 1.." + std::to_string(ZSTD_maxCLevel()) + ", got " +
-                              std::to_string(level));
+    auto level = get_int_param(st.params, "zstd", "level", kDefaultZstdLevel);
+    if (!level) return level.status().with_context(where);
+    if (*level < 1 || *level > ZSTD_maxCLevel()) {
+      return invalid_argument(where + ": codec 'zstd': level must be 1.." + std::to_string(ZSTD_maxCLevel()) +
+                              ", got " + std::to_string(*level));
     }
-    plan.zstd_level = static_cast<int>(level);
+    plan.zstd_level = static_cast<int>(*level);
   }
   CodecSpec canonical = spec;
   if (plan.zstd_level) canonical.stages.back().params["level"] = int64_t{*plan.zstd_level};
@@ -166,7 +168,7 @@ Result<EncodingPlan> parse_encoding_plan(std::string_view text) {
 Result<EncodingPlan> check_encoding_plan(std::string_view text) {
   GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, parse_encoding_plan(text));
   auto codec = make_codec(plan.codec.name, plan.codec.params, Backend::kCpu);
-  if (!codec) return Status(StatusCode::kInvalidArgument, codec.status().message());
+  if (!codec) return invalid_argument("codec spec '" + std::string(text) + "': " + codec.status().message());
   return plan;
 }
 

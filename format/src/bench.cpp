@@ -290,7 +290,7 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
     }
   }
   for (const std::string& spec : specs) {
-    GCZ_RETURN_IF_ERROR(check_encoding_plan(spec).status().with_context("codec spec '" + spec + "'"));
+    GCZ_RETURN_IF_ERROR(check_encoding_plan(spec).status());
   }
   BenchResult result;
   GCZ_ASSIGN_OR_RETURN(result.backend, resolve_backend(options.device));

@@ -51,14 +51,9 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   if (inputs.empty()) return invalid_argument("no input files");
   // Check every codec spec once before any work: a typo should fail at once, not after an hour. A
   // codec the user names that does not exist is a usage error here (in a file it is kUnsupported).
-  auto check_spec = [](const std::string& spec, const std::string& where) -> Result<EncodingPlan> {
-    auto plan = check_encoding_plan(spec);
-    if (!plan) return plan.status().with_context(where);
-    return plan;
-  };
-  GCZ_ASSIGN_OR_RETURN(EncodingPlan default_plan, check_spec(options.spec, "codec spec '" + options.spec + "'"));
+  GCZ_ASSIGN_OR_RETURN(EncodingPlan default_plan, check_encoding_plan(options.spec));
   for (const CodecRule& r : options.rules) {
-    GCZ_RETURN_IF_ERROR(check_spec(r.spec, "--rule '" + r.glob + "=" + r.spec + "'").status());
+    GCZ_RETURN_IF_ERROR(check_encoding_plan(r.spec).status().with_context("--rule '" + r.glob + "=" + r.spec + "'"));
   }
   EncodeReport report;
   GCZ_ASSIGN_OR_RETURN(report.backend, resolve_backend(options.device));

@@ -63,12 +63,15 @@ TEST(EncodingPlan, CheckMakesTheCodecAndCallsEveryFailureAUsageError) {
   EXPECT_EQ(ok->zstd_level, kDefaultZstdLevel);
 
   ASSERT_TRUE(parse_encoding_plan("fp17"));
-  for (const char* bad : {"fp17", "qsgd:bits=9", "terngrad:group=4", "fp16:level=3", "zstd", "fp16+"}) {
+  for (const char* bad : {"fp17", "qsgd:bits=9", "terngrad:group=4", "fp16:level=3", "zstd", "fp16+",
+                          "fp16+zstd:level=0", "fp16+zstd:level=fast", "fp16+zstd:lvl=3", "fp16+zstd+zstd"}) {
     auto r = check_encoding_plan(bad);
     ASSERT_FALSE(r) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad << ": " << r.status().message();
+    // Once, at the start: the commands print it as it is.
+    EXPECT_EQ(r.status().message().rfind("codec spec '" + std::string(bad) + "': ", 0), 0u) << r.status().message();
+    EXPECT_EQ(r.status().message().find("codec spec", 1), std::string::npos) << r.status().message();
   }
-  EXPECT_NE(check_encoding_plan("fp17").status().message().find("fp17"), std::string::npos);
   EXPECT_NE(check_encoding_plan("qsgd:bits=9").status().message().find("bits"), std::string::npos);
 }
 

@@ -48,7 +48,7 @@ Result<EncodingPlan> plan_from_spec(const CodecSpec& spec);
 Result<EncodingPlan> parse_encoding_plan(std::string_view text);
 // parse_encoding_plan, then the codec made once on the CPU to check its parameters: what a command
 // does with a spec the user typed, before any work. Every error, an unknown codec too, is
-// kInvalidArgument (a usage error; an unknown codec in a file is kUnsupported).
+// kInvalidArgument (a usage error; an unknown codec in a file is kUnsupported) and names the spec.
 Result<EncodingPlan> check_encoding_plan(std::string_view text);
 
 // The stage that really encodes tensor `t` when `stage` is asked for: a codec may hand tensors it does

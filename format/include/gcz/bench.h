@@ -17,6 +17,8 @@
 
 namespace gcz {
 
+struct BenchResult;
+
 struct BenchOptions {
   std::vector<std::string> inputs;     // tensor files; empty = synthetic data
   uint64_t synthetic_bytes = 256ull << 20;  // float32 bytes of synthetic data (heavy-tailed, seeded)
@@ -26,7 +28,7 @@ struct BenchOptions {
   ReadOptions read;
   // Called with what has been measured so far: once the yardsticks are, then after every row (so a
   // caller can print rows as they come).
-  std::function<void(const struct BenchResult&)> progress;
+  std::function<void(const BenchResult&)> progress;
 };
 
 struct BenchRow {
