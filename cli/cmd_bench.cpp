@@ -2,8 +2,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "common.h"
@@ -11,6 +14,65 @@
 #include "report.h"
 
 namespace gcz::cli {
+namespace {
+
+using json = nlohmann::json;
+
+// The whole run as one JSON document: what --json prints instead of the tables.
+json bench_json(const BenchResult& r, int repeats, bool synthetic) {
+  json yardsticks = json::array();
+  for (const BenchYardstick& y : r.yardsticks) {
+    yardsticks.push_back({{"threads", y.threads}, {"memcpy_gbps", y.memcpy_gbps}, {"read_gbps", y.read_gbps}});
+  }
+  json rows = json::array();
+  for (const BenchRow& row : r.rows) {
+    rows.push_back({{"codec", row.spec},
+                    {"threads", row.threads},
+                    {"ratio", row.ratio},
+                    {"encode_gbps", row.encode_gbps},
+                    {"decode_gbps", row.decode_gbps}});
+  }
+  return {{"input_bytes", r.input_bytes},     {"tensors", r.tensors},
+          {"synthetic", synthetic},           {"backend", std::string(backend_name(r.backend))},
+          {"repeats", repeats},               {"memcpy_gbps", r.memcpy_gbps},
+          {"yardsticks", std::move(yardsticks)}, {"rows", std::move(rows)}};
+}
+
+// Prints the tables as run_bench reports progress: the data and yardsticks first, then each new row.
+struct TablePrinter {
+  int repeats;
+  bool synthetic;
+  std::size_t printed = 0;
+
+  void operator()(const BenchResult& r) {
+    if (printed == 0 && r.rows.empty()) {
+      std::printf("data: %s in %llu tensor(s)%s, backend %s, best of %d timed runs after a warm-up\n",
+                  human_bytes(r.input_bytes).c_str(), static_cast<unsigned long long>(r.tensors),
+                  synthetic ? " (synthetic float32)" : "", std::string(backend_name(r.backend)).c_str(), repeats);
+      std::printf("memcpy (1 thread): %.2f GB/s\n\n", r.memcpy_gbps);
+      std::printf("%-34s %7s %12s %8s %12s %8s\n", "yardstick", "threads", "memcpy GB/s", "scaling", "read GB/s",
+                  "scaling");
+      const BenchYardstick& one = r.yardsticks.front();
+      for (const BenchYardstick& y : r.yardsticks) {
+        std::printf("%-34s %7u %12.2f %8.2f %12.2f %8.2f\n", "machine (the same bytes)", y.threads, y.memcpy_gbps,
+                    y.memcpy_gbps / one.memcpy_gbps, y.read_gbps, y.read_gbps / one.read_gbps);
+      }
+      std::printf("\n%-34s %7s %7s %12s %9s %8s %12s %9s %8s\n", "codec", "threads", "ratio", "encode GB/s",
+                  "x memcpy", "scaling", "decode GB/s", "x memcpy", "scaling");
+    }
+    for (; printed < r.rows.size(); ++printed) {
+      const BenchRow& row = r.rows[printed];
+      const BenchRow* base = &row;  // the first thread count of the same spec
+      while (base != r.rows.data() && (base - 1)->spec == row.spec) --base;
+      std::printf("%-34s %7u %7.2f %12.2f %9.2f %8.2f %12.2f %9.2f %8.2f\n", row.spec.c_str(), row.threads, row.ratio,
+                  row.encode_gbps, row.encode_gbps / r.memcpy_gbps, row.encode_gbps / base->encode_gbps,
+                  row.decode_gbps, row.decode_gbps / r.memcpy_gbps, row.decode_gbps / base->decode_gbps);
+    }
+    std::fflush(stdout);
+  }
+};
+
+}  // namespace
 
 RunFn add_bench_command(CLI::App& app) {
   struct Args {
@@ -20,6 +82,7 @@ RunFn add_bench_command(CLI::App& app) {
     int repeats = 5;
     std::vector<unsigned> threads = {1, 2};
     std::string device = "cpu";
+    bool json = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -33,13 +96,17 @@ RunFn add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, cuda or auto")->capture_default_str();
+  cmd->add_flag("--json", a->json,
+                "Print one JSON document when done (yardsticks, and per codec and thread count ratio, "
+                "encode_gbps, decode_gbps) instead of the tables");
   cmd->footer(
       "Timings are in-memory (no file I/O); GB/s counts input bytes (1 GB = 1e9 bytes). 'x memcpy' divides by\n"
       "single-threaded memcpy of the same bytes in the same run; 'scaling' by the codec's first thread count.\n"
       "The yardsticks copy and read the same bytes on each thread count: a codec bound by the memory's\n"
       "bandwidth scales with threads no better than they do.\n"
       "The machine may be shared and noisy: compare ratios, not absolute numbers.\n"
-      "Examples:\n  gcz bench\n  gcz bench samples/grads/step_0000.safetensors -c fp16 -c bf16+zstd");
+      "Examples:\n  gcz bench\n  gcz bench samples/grads/step_0000.safetensors -c fp16 -c bf16+zstd\n"
+      "  gcz bench -c qsgd -c terngrad --threads 1,2 --json > bench.json");
   return [a]() {
     // The run holds about five copies of the data (input, the memcpy pair, streams, decoded values).
     const uint64_t ram_mib = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) >> 20;
@@ -57,36 +124,11 @@ RunFn add_bench_command(CLI::App& app) {
     if (!device) return report_error(device.status());
     o.device = *device;
     // The tables are printed as the measurements come: a long run shows its progress row by row.
-    std::size_t printed = 0;
-    o.progress = [&](const BenchResult& r) {
-      if (printed == 0 && r.rows.empty()) {
-        std::printf("data: %s in %llu tensor(s)%s, backend %s, best of %d timed runs after a warm-up\n",
-                    human_bytes(r.input_bytes).c_str(), static_cast<unsigned long long>(r.tensors),
-                    a->inputs.empty() ? " (synthetic float32)" : "", std::string(backend_name(r.backend)).c_str(),
-                    a->repeats);
-        std::printf("memcpy (1 thread): %.2f GB/s\n\n", r.memcpy_gbps);
-        std::printf("%-34s %7s %12s %8s %12s %8s\n", "yardstick", "threads", "memcpy GB/s", "scaling", "read GB/s",
-                    "scaling");
-        const BenchYardstick& one = r.yardsticks.front();
-        for (const BenchYardstick& y : r.yardsticks) {
-          std::printf("%-34s %7u %12.2f %8.2f %12.2f %8.2f\n", "machine (the same bytes)", y.threads, y.memcpy_gbps,
-                      y.memcpy_gbps / one.memcpy_gbps, y.read_gbps, y.read_gbps / one.read_gbps);
-        }
-        std::printf("\n%-34s %7s %7s %12s %9s %8s %12s %9s %8s\n", "codec", "threads", "ratio", "encode GB/s",
-                    "x memcpy", "scaling", "decode GB/s", "x memcpy", "scaling");
-      }
-      for (; printed < r.rows.size(); ++printed) {
-        const BenchRow& row = r.rows[printed];
-        const BenchRow* base = &row;  // the first thread count of the same spec
-        while (base != r.rows.data() && (base - 1)->spec == row.spec) --base;
-        std::printf("%-34s %7u %7.2f %12.2f %9.2f %8.2f %12.2f %9.2f %8.2f\n", row.spec.c_str(), row.threads,
-                    row.ratio, row.encode_gbps, row.encode_gbps / r.memcpy_gbps, row.encode_gbps / base->encode_gbps,
-                    row.decode_gbps, row.decode_gbps / r.memcpy_gbps, row.decode_gbps / base->decode_gbps);
-      }
-      std::fflush(stdout);
-    };
+    TablePrinter tables{a->repeats, a->inputs.empty()};
+    if (!a->json) o.progress = std::ref(tables);
     auto r = run_bench(a->specs, o);
     if (!r) return report_error(r.status());
+    if (a->json) std::printf("%s\n", bench_json(*r, a->repeats, a->inputs.empty()).dump(2).c_str());
     return static_cast<int>(kExitOk);
   };
 }

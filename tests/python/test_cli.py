@@ -431,6 +431,23 @@ def test_bench_prints_yardsticks_and_a_row_per_codec_and_thread_count():
     assert [row[2] for row in tables["codec"]] == ["2.00", "2.00", "20.00", "20.00"], r.stdout
 
 
+def test_bench_json_is_one_document_with_the_same_measurements():
+    r = gcz("bench", "--size-mib", "1", "--repeat", "1", "--threads", "2,1", "-c", "qsgd:bits=4", "-c", "bf16",
+            "--json", check=True)
+    doc = json.loads(r.stdout)  # nothing else on stdout
+    assert doc["input_bytes"] == 1 << 20 and doc["tensors"] == 1 and doc["synthetic"] is True
+    assert doc["backend"] == "cpu" and doc["repeats"] == 1
+    assert [y["threads"] for y in doc["yardsticks"]] == [1, 2]
+    assert doc["memcpy_gbps"] == doc["yardsticks"][0]["memcpy_gbps"] > 0
+    assert all(y["read_gbps"] > 0 for y in doc["yardsticks"])
+    assert [(row["codec"], row["threads"]) for row in doc["rows"]] == [
+        ("qsgd:bits=4", 2), ("qsgd:bits=4", 1), ("bf16", 2), ("bf16", 1)]
+    n = (1 << 20) // 4  # 4 bits per element and a float32 scale per 128
+    assert doc["rows"][0]["ratio"] == pytest.approx(4 * n / (n // 2 + n // 128 * 4), rel=1e-12)
+    assert doc["rows"][2]["ratio"] == 2.0
+    assert all(row["encode_gbps"] > 0 and row["decode_gbps"] > 0 for row in doc["rows"])
+
+
 @pytest.mark.parametrize("args, names", [
     (["-c", "fp17"], "fp17"),
     (["-c", "fp16", "-c", "qsgd:bits=9"], "qsgd:bits=9"),
