@@ -99,25 +99,55 @@ Status zstd_stage(int level, Encoded& e, ZSTD_CCtx* cctx) {
   return Status::ok();
 }
 
-// A range of one tensor that one thread encodes and decodes on its own.
+// A codec stage as it encodes some of the tensors, one object per thread: the spec's codec, or the
+// fallback it hands the tensors it does not suit (as gcz encode would).
+struct StageCodecs {
+  std::string text;  // canonical, to tell stages apart
+  std::vector<std::unique_ptr<Codec>> per_thread;
+};
+
+// A range of one tensor that one thread encodes and decodes on its own, with stage `stage`.
 struct Piece {
-  std::size_t tensor;
+  std::size_t tensor, stage;
   uint64_t first, count;
   Encoded encoded;
   ByteBuffer decoded;
 };
 
-// Splits every tensor into `threads` pieces at multiples of the codec's unit (whole-tensor codecs
+// The stage of every tensor (stage_of[i] indexes stages), each distinct stage made once per thread.
+Status plan_stages(const std::vector<Tensor>& tensors, const StageSpec& asked, Backend backend, unsigned threads,
+                   std::vector<StageCodecs>& stages, std::vector<std::size_t>& stage_of) {
+  for (const Tensor& t : tensors) {
+    auto stage = stage_for_tensor(t.info, asked);
+    if (!stage) return stage.status().with_context("tensor '" + t.info.name + "'");
+    const std::string text = CodecSpec{{*stage}}.to_string();
+    std::size_t s = 0;
+    while (s < stages.size() && stages[s].text != text) ++s;
+    if (s == stages.size()) {
+      StageCodecs made{text, {}};
+      for (unsigned k = 0; k < threads; ++k) {
+        GCZ_ASSIGN_OR_RETURN(auto c, make_codec(stage->name, stage->params, backend));
+        made.per_thread.push_back(std::move(c));
+      }
+      stages.push_back(std::move(made));
+    }
+    stage_of.push_back(s);
+  }
+  return Status::ok();
+}
+
+// Splits every tensor into `threads` pieces at multiples of its codec's unit (whole-tensor codecs
 // keep one piece per tensor).
-std::vector<Piece> make_pieces(const std::vector<Tensor>& tensors, uint64_t unit, unsigned threads) {
+std::vector<Piece> make_pieces(const std::vector<Tensor>& tensors, const std::vector<StageCodecs>& stages,
+                               const std::vector<std::size_t>& stage_of, unsigned threads) {
   std::vector<Piece> pieces;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t n = *tensors[i].info.numel();
+    const uint64_t n = *tensors[i].info.numel(), unit = stages[stage_of[i]].per_thread[0]->chunk_unit();
     const unsigned parts = unit == 0 ? 1 : threads;
     uint64_t first = 0;
     for (unsigned k = 1; k <= parts; ++k) {
       const uint64_t end = k == parts ? n : (n * k / parts) / unit * unit;
-      if (end > first || (k == parts && pieces.empty())) pieces.push_back({i, first, end - first, {}, {}});
+      if (end > first || (k == parts && pieces.empty())) pieces.push_back({i, stage_of[i], first, end - first, {}, {}});
       first = std::max(first, end);
     }
   }
@@ -145,16 +175,18 @@ Status run_threads(std::vector<Piece>& pieces, unsigned threads, const std::func
 Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensors, Backend backend, int repeats,
                             uint64_t input_bytes, unsigned threads) {
   GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, parse_encoding_plan(spec));
-  std::vector<std::unique_ptr<Codec>> codecs;  // one per thread
-  for (unsigned k = 0; k < threads; ++k) {
-    GCZ_ASSIGN_OR_RETURN(auto c, make_codec(plan.codec.name, plan.codec.params, backend));
-    codecs.push_back(std::move(c));
-  }
-  std::vector<Piece> pieces = make_pieces(tensors, codecs[0]->chunk_unit(), threads);
-  // A whole-tensor codec keeps one piece per tensor: with fewer tensors than threads, it uses the
+  std::vector<StageCodecs> stages;
+  std::vector<std::size_t> stage_of;
+  GCZ_RETURN_IF_ERROR(plan_stages(tensors, plan.codec, backend, threads, stages, stage_of));
+  std::vector<Piece> pieces = make_pieces(tensors, stages, stage_of, threads);
+  // A whole-tensor codec keeps one piece per tensor: with fewer pieces than threads, it uses the
   // threads left over inside its calls.
-  if (codecs[0]->chunk_unit() == 0 && pieces.size() < threads) {
-    for (auto& c : codecs) c->set_threads(threads / static_cast<unsigned>(pieces.size()));
+  if (pieces.size() < threads) {
+    for (StageCodecs& st : stages) {
+      for (auto& c : st.per_thread) {
+        if (c->chunk_unit() == 0) c->set_threads(threads / static_cast<unsigned>(pieces.size()));
+      }
+    }
   }
   std::vector<ZSTD_CCtx*> cctx(threads);
   std::vector<ZSTD_DCtx*> dctx(threads);
@@ -164,7 +196,7 @@ Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensor
   }
   auto encode_piece = [&](Piece& p, unsigned k) -> Status {
     const Tensor& t = tensors[p.tensor];
-    Codec& c = *codecs[k];
+    Codec& c = *stages[p.stage].per_thread[k];
     c.set_context({0, tensor_key(t.info.name)});
     Encoded& e = p.encoded;
     // The stream buffers keep their memory from one run to the next, as the decoded buffer does (and
@@ -179,7 +211,7 @@ Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensor
   };
   auto decode_piece = [&](Piece& p, unsigned k) -> Status {
     const Tensor& t = tensors[p.tensor];
-    Codec& c = *codecs[k];
+    Codec& c = *stages[p.stage].per_thread[k];
     c.set_context({0, tensor_key(t.info.name)});
     Encoded& e = p.encoded;
     std::vector<ByteBuffer> unzstd(e.streams.size());

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+
+#include "gcz/codec_spec.h"
 
 namespace gcz {
 namespace {
@@ -58,6 +61,45 @@ TEST(Bench, YardsticksForEveryThreadCountAndRowsInOrder) {
   }
   // Progress: once the yardsticks are measured, then after every row.
   EXPECT_EQ(rows_seen, (std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6}));
+}
+
+// The bundled sample holds 1-D tensors and small matrices that PowerSGD hands to its fallback: the
+// bench encodes each tensor with the codec gcz encode would use, and its ratio is what their streams
+// take.
+TEST(Bench, TensorsACodecDoesNotSuitGoToItsFallback) {
+  const std::string sample = (std::filesystem::path(GCZ_SOURCE_DIR) / "samples/grads/step_0000.safetensors").string();
+  BenchOptions o = small({1, 2});
+  o.inputs = {sample};
+  auto r = run_bench({"powersgd"}, o);
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ(r->rows.size(), 2u);
+
+  auto reader = open_tensor_file(sample, {});
+  ASSERT_TRUE(reader) << reader.status().message();
+  auto asked = parse_encoding_plan("powersgd");
+  ASSERT_TRUE(asked);
+  uint64_t in = 0, stored = 0;
+  int fallbacks = 0;
+  for (std::size_t i = 0; i < (*reader)->tensors().size(); ++i) {
+    const TensorInfo& t = (*reader)->tensors()[i];
+    const uint64_t n = *t.numel();
+    ByteBuffer x(*t.byte_size());
+    auto src = (*reader)->open(i);
+    ASSERT_TRUE(src && (*src)->read(0, n, x.data())) << t.name;
+    auto stage = stage_for_tensor(t, asked->codec);
+    ASSERT_TRUE(stage) << t.name;
+    fallbacks += stage->name != "powersgd";
+    auto codec = make_codec(stage->name, stage->params, Backend::kCpu);
+    ASSERT_TRUE(codec) << t.name;
+    (*codec)->set_context({0, tensor_key(t.name)});
+    std::vector<ByteBuffer> streams((*codec)->stream_names(t).size());
+    ASSERT_TRUE((*codec)->encode(t, x.data(), 0, n, streams)) << t.name;
+    in += x.size();
+    for (const ByteBuffer& b : streams) stored += b.size();
+  }
+  ASSERT_GT(fallbacks, 0) << "the sample no longer has a tensor PowerSGD leaves to its fallback";
+  EXPECT_EQ(r->input_bytes, in);
+  for (const BenchRow& row : r->rows) EXPECT_DOUBLE_EQ(row.ratio, static_cast<double>(in) / stored) << row.threads;
 }
 
 TEST(Bench, RefusesBadOptionsAndSpecsBeforeMeasuring) {
