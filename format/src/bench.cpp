@@ -329,7 +329,11 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
   GCZ_ASSIGN_OR_RETURN(std::vector<Tensor> tensors, load_inputs(options));
   for (const Tensor& t : tensors) result.input_bytes += t.data.size();
   result.tensors = tensors.size();
-  if (result.input_bytes == 0) return invalid_argument("the benchmark inputs hold no elements");
+  if (result.input_bytes == 0) {
+    std::string names;
+    for (const std::string& path : options.inputs) names += (names.empty() ? "" : ", ") + path;
+    return invalid_argument("nothing to measure: no elements in " + (names.empty() ? "the synthetic data" : names));
+  }
   auto row_threads = [&](unsigned threads) { return result.backend == Backend::kCpu ? threads : 1u; };
 
   // The yardsticks: the same bytes copied between two buffers that are already resident, and read,

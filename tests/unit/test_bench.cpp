@@ -130,6 +130,21 @@ TEST(Bench, RefusesBadOptionsAndSpecsBeforeMeasuring) {
   }
 }
 
+TEST(Bench, InputsWithNoElementsAreRefusedByName) {
+  BenchOptions o = small({1});
+  o.inputs = {(std::filesystem::path(::testing::TempDir()) / "gcz_bench_empty.npy").string()};
+  auto w = create_tensor_file(o.inputs[0], {{"empty", DType::kFloat32, {0, 3}}}, {});
+  ASSERT_TRUE(w) << w.status().message();
+  ASSERT_TRUE((*w)->begin(0));
+  ASSERT_TRUE((*w)->end());
+  ASSERT_TRUE((*w)->finish());
+  auto r = run_bench({"fp16"}, o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(o.inputs[0]), std::string::npos) << r.status().message();
+  std::filesystem::remove(o.inputs[0]);
+}
+
 TEST(Bench, MissingInputIsAnIoError) {
   BenchOptions o = small({1});
   o.inputs = {"/nonexistent/dir/grads.safetensors"};
