@@ -132,27 +132,23 @@ Result<EncodingPlan> plan_from_spec(const CodecSpec& spec) {
   if (spec.stages.empty()) return invalid_argument("codec spec is empty");
   plan.codec = spec.stages[0];
   if (plan.codec.name == "zstd") {
-    return invalid_argument("codec spec '" + spec.to_string() +
-                            "': zstd is a stream stage and must follow a codec, e.g. 'none+zstd'");
+    return invalid_argument("zstd is a stream stage and must follow a codec, e.g. 'none+zstd'");
   }
   for (std::size_t i = 1; i < spec.stages.size(); ++i) {
     const StageSpec& st = spec.stages[i];
     if (st.name != "zstd") {
-      return invalid_argument("codec spec '" + spec.to_string() + "': stage '" + st.name +
-                              "' cannot follow a codec; only 'zstd' acts on streams");
+      return invalid_argument("stage '" + st.name + "' cannot follow a codec; only 'zstd' acts on streams");
     }
-    const std::string where = "codec spec '" + spec.to_string() + "'";
-    if (plan.zstd_level) return invalid_argument(where + ": zstd given twice");
+    if (plan.zstd_level) return invalid_argument("zstd given twice");
     for (const auto& [k, v] : st.params) {
-      if (k != "level") return invalid_argument(where + ": codec 'zstd' has no parameter '" + k + "' (it takes level)");
+      if (k != "level") return invalid_argument("codec 'zstd' has no parameter '" + k + "' (it takes level)");
     }
-    auto level = get_int_param(st.params, "zstd", "level", kDefaultZstdLevel);
-    if (!level) return level.status().with_context(where);
-    if (*level < 1 || *level > ZSTD_maxCLevel()) {
-      return invalid_argument(where + ": codec 'zstd': level must be 1.." + std::to_string(ZSTD_maxCLevel()) +
-                              ", got " + std::to_string(*level));
+    GCZ_ASSIGN_OR_RETURN(int64_t level, get_int_param(st.params, "zstd", "level", kDefaultZstdLevel));
+    if (level < 1 || level > ZSTD_maxCLevel()) {
+      return invalid_argument("codec 'zstd': level must be 1.." + std::to_string(ZSTD_maxCLevel()) + ", got " +
+                              std::to_string(level));
     }
-    plan.zstd_level = static_cast<int>(*level);
+    plan.zstd_level = static_cast<int>(level);
   }
   CodecSpec canonical = spec;
   if (plan.zstd_level) canonical.stages.back().params["level"] = int64_t{*plan.zstd_level};
@@ -161,8 +157,10 @@ Result<EncodingPlan> plan_from_spec(const CodecSpec& spec) {
 }
 
 Result<EncodingPlan> parse_encoding_plan(std::string_view text) {
-  GCZ_ASSIGN_OR_RETURN(CodecSpec spec, parse_codec_spec(text));
-  return plan_from_spec(spec);
+  GCZ_ASSIGN_OR_RETURN(CodecSpec spec, parse_codec_spec(text));  // its errors name the text already
+  auto plan = plan_from_spec(spec);
+  if (!plan) return plan.status().with_context("codec spec '" + std::string(text) + "'");
+  return plan;
 }
 
 Result<EncodingPlan> check_encoding_plan(std::string_view text) {

@@ -64,7 +64,8 @@ TEST(EncodingPlan, CheckMakesTheCodecAndCallsEveryFailureAUsageError) {
 
   ASSERT_TRUE(parse_encoding_plan("fp17"));
   for (const char* bad : {"fp17", "qsgd:bits=9", "terngrad:group=4", "fp16:level=3", "zstd", "fp16+",
-                          "fp16+zstd:level=0", "fp16+zstd:level=fast", "fp16+zstd:lvl=3", "fp16+zstd+zstd"}) {
+                          "fp16+zstd:level=0", "fp16+zstd:level=00", "fp16+zstd:level=(0)", "fp16+zstd:level=fast",
+                          "fp16+zstd:lvl=3", "fp16+zstd+zstd", "fp16 + zstd:level=0"}) {
     auto r = check_encoding_plan(bad);
     ASSERT_FALSE(r) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad << ": " << r.status().message();

@@ -44,6 +44,7 @@ struct EncodingPlan {
 inline constexpr int kDefaultZstdLevel = 3;
 
 // Checks the stage names and the zstd stage's parameters. Codec parameters are checked by make_codec.
+// Its errors say what is wrong; parse_encoding_plan's also start with the spec as typed.
 Result<EncodingPlan> plan_from_spec(const CodecSpec& spec);
 Result<EncodingPlan> parse_encoding_plan(std::string_view text);
 // parse_encoding_plan, then the codec made once on the CPU to check its parameters: what a command
