@@ -32,13 +32,18 @@ json bench_json(const BenchResult& r, int repeats, bool synthetic) {
                     {"encode_gbps", row.encode_gbps},
                     {"decode_gbps", row.decode_gbps}});
   }
-  return {{"input_bytes", r.input_bytes},     {"tensors", r.tensors},
-          {"synthetic", synthetic},           {"backend", std::string(backend_name(r.backend))},
-          {"repeats", repeats},               {"memcpy_gbps", r.memcpy_gbps},
-          {"yardsticks", std::move(yardsticks)}, {"rows", std::move(rows)}};
+  return {{"input_bytes", r.input_bytes},
+          {"tensors", r.tensors},
+          {"synthetic", synthetic},
+          {"backend", std::string(backend_name(r.backend))},
+          {"repeats", repeats},
+          {"memcpy_gbps", r.memcpy_gbps},
+          {"yardsticks", std::move(yardsticks)},
+          {"rows", std::move(rows)}};
 }
 
 // Prints the tables as run_bench reports progress: the data and yardsticks first, then each new row.
+// Both tables' scaling divides by the first thread count of the rows.
 struct TablePrinter {
   int repeats;
   bool synthetic;
@@ -52,23 +57,45 @@ struct TablePrinter {
       std::printf("memcpy (1 thread): %.2f GB/s\n\n", r.memcpy_gbps);
       std::printf("%-34s %7s %12s %8s %12s %8s\n", "yardstick", "threads", "memcpy GB/s", "scaling", "read GB/s",
                   "scaling");
-      const BenchYardstick& one = r.yardsticks.front();
+      const BenchYardstick* base = &r.yardsticks.front();
+      for (const BenchYardstick& y : r.yardsticks) {
+        if (y.threads == r.row_threads.front()) base = &y;
+      }
       for (const BenchYardstick& y : r.yardsticks) {
         std::printf("%-34s %7u %12.2f %8.2f %12.2f %8.2f\n", "machine (the same bytes)", y.threads, y.memcpy_gbps,
-                    y.memcpy_gbps / one.memcpy_gbps, y.read_gbps, y.read_gbps / one.read_gbps);
+                    y.memcpy_gbps / base->memcpy_gbps, y.read_gbps, y.read_gbps / base->read_gbps);
       }
       std::printf("\n%-34s %7s %7s %12s %9s %8s %12s %9s %8s\n", "codec", "threads", "ratio", "encode GB/s",
                   "x memcpy", "scaling", "decode GB/s", "x memcpy", "scaling");
     }
+    const std::size_t per_spec = r.row_threads.size();
     for (; printed < r.rows.size(); ++printed) {
       const BenchRow& row = r.rows[printed];
-      const BenchRow* base = &row;  // the first thread count of the same spec
-      while (base != r.rows.data() && (base - 1)->spec == row.spec) --base;
+      const BenchRow& base = r.rows[printed / per_spec * per_spec];  // the same spec's first thread count
       std::printf("%-34s %7u %7.2f %12.2f %9.2f %8.2f %12.2f %9.2f %8.2f\n", row.spec.c_str(), row.threads, row.ratio,
-                  row.encode_gbps, row.encode_gbps / r.memcpy_gbps, row.encode_gbps / base->encode_gbps,
-                  row.decode_gbps, row.decode_gbps / r.memcpy_gbps, row.decode_gbps / base->decode_gbps);
+                  row.encode_gbps, row.encode_gbps / r.memcpy_gbps, row.encode_gbps / base.encode_gbps,
+                  row.decode_gbps, row.decode_gbps / r.memcpy_gbps, row.decode_gbps / base.decode_gbps);
     }
     std::fflush(stdout);
+  }
+};
+
+// While --json waits for the end of the run: "gcz bench: 3 of 8 rows measured" on stderr, when it is
+// a terminal.
+struct RowCounter {
+  std::size_t specs;
+  bool enabled = ::isatty(STDERR_FILENO) == 1;
+  bool drawn = false;
+
+  void operator()(const BenchResult& r) {
+    if (!enabled) return;
+    std::fprintf(stderr, "\r\033[Kgcz bench: %zu of %zu rows measured", r.rows.size(), specs * r.row_threads.size());
+    std::fflush(stderr);
+    drawn = true;
+  }
+  void clear() {
+    if (drawn) std::fprintf(stderr, "\r\033[K");
+    drawn = false;
   }
 };
 
@@ -78,7 +105,7 @@ RunFn add_bench_command(CLI::App& app) {
   struct Args {
     std::vector<std::string> inputs;
     std::vector<std::string> specs = {"fp16", "bf16", "fp16+zstd:level=1"};
-    uint64_t size_mib = 256;
+    int64_t size_mib = 256;
     int repeats = 5;
     std::vector<unsigned> threads = {1, 2};
     std::string device = "cpu";
@@ -88,12 +115,19 @@ RunFn add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "bench", "Measure codec encode/decode throughput (GB/s of input) against memcpy in the same run");
   cmd->add_option("inputs", a->inputs, "Tensor files to measure on (default: synthetic gradient-like float32 data)");
-  cmd->add_option("-c,--codec", a->specs, "Codec specs to measure; repeatable")->capture_default_str();
-  cmd->add_option("--size-mib", a->size_mib, "Size of the synthetic data in MiB")->capture_default_str();
+  // One value per -c and per --threads, so that an input file after them stays an input.
+  cmd->add_option("-c,--codec", a->specs, "Codec spec to measure; repeatable, e.g. -c qsgd -c 'topk:ratio=0.01'")
+      ->allow_extra_args(false)
+      ->capture_default_str();
+  cmd->add_option("--size-mib", a->size_mib,
+                  "Size of the synthetic data in MiB (the run holds about five copies of it)")
+      ->capture_default_str();
   cmd->add_option("--repeat", a->repeats, "Timed runs per measurement; the best is reported")->capture_default_str();
   cmd->add_option("--threads", a->threads,
-                  "Thread counts to measure (element-wise codecs split each tensor; whole-tensor codecs take one each)")
+                  "Thread counts to measure, 1.." + std::to_string(kBenchMaxThreads) +
+                      " (element-wise codecs split each tensor; whole-tensor codecs take one each)")
       ->delimiter(',')
+      ->allow_extra_args(false)
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, cuda or auto")->capture_default_str();
   cmd->add_flag("--json", a->json,
@@ -101,23 +135,37 @@ RunFn add_bench_command(CLI::App& app) {
                 "encode_gbps, decode_gbps) instead of the tables");
   cmd->footer(
       "Timings are in-memory (no file I/O); GB/s counts input bytes (1 GB = 1e9 bytes). 'x memcpy' divides by\n"
-      "single-threaded memcpy of the same bytes in the same run; 'scaling' by the codec's first thread count.\n"
+      "single-threaded memcpy of the same bytes in the same run; 'scaling' by the first thread count's figure.\n"
       "The yardsticks copy and read the same bytes on each thread count: a codec bound by the memory's\n"
-      "bandwidth scales with threads no better than they do.\n"
+      "bandwidth scales with threads no better than they do. On small inputs (a few MiB) starting the\n"
+      "threads dominates the multi-thread figures.\n"
       "The machine may be shared and noisy: compare ratios, not absolute numbers.\n"
       "Examples:\n  gcz bench\n  gcz bench samples/grads/step_0000.safetensors -c fp16 -c bf16+zstd\n"
       "  gcz bench -c qsgd -c terngrad --threads 1,2 --json > bench.json");
   return [a]() {
-    // The run holds about five copies of the data (input, the memcpy pair, streams, decoded values).
-    const uint64_t ram_mib = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) >> 20;
-    if (a->inputs.empty() && (a->size_mib < 1 || a->size_mib > ram_mib / 5)) {
-      return report_error(invalid_argument("--size-mib must be 1.." + std::to_string(ram_mib / 5) +
-                                           " (the run holds about five copies of the data, and this machine has " +
-                                           std::to_string(ram_mib) + " MiB), got " + std::to_string(a->size_mib)));
+    if (a->repeats < 1) return report_error(invalid_argument("--repeat must be at least 1, got " +
+                                                             std::to_string(a->repeats)));
+    for (unsigned t : a->threads) {
+      if (t < 1 || t > kBenchMaxThreads) {
+        return report_error(invalid_argument("--threads values must be 1.." + std::to_string(kBenchMaxThreads) +
+                                             ", got " + std::to_string(t)));
+      }
+    }
+    if (a->inputs.empty()) {
+      // The run holds about five copies of the data: the input, the memcpy yardstick's copy, the
+      // streams, the decoded values, and a stream's unzstd'd bytes.
+      const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+      const int64_t most = pages > 0 && page > 0 ? static_cast<int64_t>((static_cast<uint64_t>(pages) * page) >> 20) / 5
+                                                 : INT64_MAX >> 20;
+      if (a->size_mib < 1 || a->size_mib > most) {
+        return report_error(invalid_argument("--size-mib must be 1.." + std::to_string(most) +
+                                             " (the run holds about five copies of the data, and this machine has " +
+                                             std::to_string(most * 5) + " MiB), got " + std::to_string(a->size_mib)));
+      }
     }
     BenchOptions o;
     o.inputs = a->inputs;
-    o.synthetic_bytes = a->size_mib << 20;
+    o.synthetic_bytes = static_cast<uint64_t>(std::max<int64_t>(a->size_mib, 1)) << 20;
     o.repeats = a->repeats;
     o.threads = a->threads;
     auto device = parse_device(a->device);
@@ -125,8 +173,14 @@ RunFn add_bench_command(CLI::App& app) {
     o.device = *device;
     // The tables are printed as the measurements come: a long run shows its progress row by row.
     TablePrinter tables{a->repeats, a->inputs.empty()};
-    if (!a->json) o.progress = std::ref(tables);
+    RowCounter counter{a->specs.size()};
+    if (a->json) {
+      o.progress = std::ref(counter);
+    } else {
+      o.progress = std::ref(tables);
+    }
     auto r = run_bench(a->specs, o);
+    counter.clear();
     if (!r) return report_error(r.status());
     if (a->json) std::printf("%s\n", bench_json(*r, a->repeats, a->inputs.empty()).dump(2).c_str());
     return static_cast<int>(kExitOk);

@@ -19,7 +19,8 @@ RunFn add_decode_command(CLI::App& app) {
                   "Output; the format follows the extension: .safetensors, .npz, .npy (one tensor), .h5/.hdf5, "
                   ".bin/.raw (one tensor), or a directory (ending in '/': one .npy per tensor)")
       ->required();
-  cmd->add_option("-t,--tensor", a->tensors, "Decode only tensors matching GLOB; repeatable. Example: -t 'blocks.0.*'");
+  cmd->add_option("-t,--tensor", a->tensors, "Decode only tensors matching GLOB; repeatable. Example: -t 'blocks.0.*'")
+      ->allow_extra_args(false);  // one GLOB each time: the input after it stays the input
   cmd->add_flag("--widen", a->widen,
                 "Write bfloat16 tensors as float32 (exactly) to formats that cannot hold bfloat16 (.npy, .npz, HDF5)");
   cmd->add_option("--device", a->device, "Where codecs run: cpu, cuda or auto")->capture_default_str();

@@ -77,7 +77,8 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
       ->capture_default_str();
   app.add_option("--rule", a.rules,
                  "Per-tensor override GLOB=SPEC, first match wins; repeatable. Example: --rule '*.bias=none' "
-                 "--rule 'embed.*=bf16'");
+                 "--rule 'embed.*=bf16'")
+      ->allow_extra_args(false);  // one GLOB=SPEC each time: an input after it stays an input
   app.add_option("--min-numel", a.min_numel,
                  "Store tensors with fewer elements than N losslessly (codec none). Example: --min-numel 4096")
       ->capture_default_str();

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include <zstd.h>
@@ -17,7 +19,6 @@
 namespace gcz {
 namespace {
 
-constexpr unsigned kMaxBenchThreads = 1024;
 
 struct Tensor {
   TensorInfo info;
@@ -108,8 +109,10 @@ struct StageCodecs {
 
 // A range of one tensor that one thread encodes and decodes on its own, with stage `stage`.
 struct Piece {
-  std::size_t tensor, stage;
-  uint64_t first, count;
+  std::size_t tensor;
+  std::size_t stage;
+  uint64_t first;
+  uint64_t count;
   Encoded encoded;
   ByteBuffer decoded;
 };
@@ -137,21 +140,39 @@ Status plan_stages(const std::vector<Tensor>& tensors, const StageSpec& asked, B
 }
 
 // Splits every tensor into `threads` pieces at multiples of its codec's unit (whole-tensor codecs
-// keep one piece per tensor).
+// keep one piece per tensor); tensors with no elements have nothing to measure and get none.
 std::vector<Piece> make_pieces(const std::vector<Tensor>& tensors, const std::vector<StageCodecs>& stages,
                                const std::vector<std::size_t>& stage_of, unsigned threads) {
   std::vector<Piece> pieces;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t n = *tensors[i].info.numel(), unit = stages[stage_of[i]].per_thread[0]->chunk_unit();
+    const uint64_t n = *tensors[i].info.numel();
+    const uint64_t unit = stages[stage_of[i]].per_thread[0]->chunk_unit();
     const unsigned parts = unit == 0 ? 1 : threads;
     uint64_t first = 0;
     for (unsigned k = 1; k <= parts; ++k) {
       const uint64_t end = k == parts ? n : (n * k / parts) / unit * unit;
-      if (end > first || (k == parts && pieces.empty())) pieces.push_back({i, stage_of[i], first, end - first, {}, {}});
+      if (end > first) pieces.push_back({i, stage_of[i], first, end - first, {}, {}});
       first = std::max(first, end);
     }
   }
   return pieces;
+}
+
+// Runs f(k) for k = 0 .. n - 1: f(0) on the calling thread, the others on threads of their own. A
+// thread that cannot be started is an error, returned once the threads that did start are joined.
+template <class F>
+Status on_threads(unsigned n, const F& f) {
+  std::vector<std::thread> pool;
+  Status started;
+  try {
+    for (unsigned k = 1; k < n; ++k) pool.emplace_back([&f, k] { f(k); });
+  } catch (const std::system_error& e) {
+    started = internal_error("cannot start benchmark thread " + std::to_string(pool.size() + 1) + " of " +
+                             std::to_string(n) + ": " + e.what());
+  }
+  if (started) f(0u);
+  for (std::thread& t : pool) t.join();
+  return started;
 }
 
 // Runs f(piece, thread) over the pieces on `threads` threads, each taking a contiguous share; with
@@ -160,14 +181,10 @@ std::vector<Piece> make_pieces(const std::vector<Tensor>& tensors, const std::ve
 Status run_threads(std::vector<Piece>& pieces, unsigned threads, const std::function<Status(Piece&, unsigned)>& f) {
   threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(pieces.size(), 1)));
   std::vector<Status> status(threads);
-  auto work = [&](unsigned k) {
+  GCZ_RETURN_IF_ERROR(on_threads(threads, [&](unsigned k) {
     const std::size_t lo = pieces.size() * k / threads, hi = pieces.size() * (k + 1) / threads;
     for (std::size_t p = lo; p < hi && status[k]; ++p) status[k] = f(pieces[p], k);
-  };
-  std::vector<std::thread> pool;
-  for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work, k);
-  work(0);
-  for (std::thread& t : pool) t.join();
+  }));
   for (const Status& st : status) GCZ_RETURN_IF_ERROR(st);
   return Status::ok();
 }
@@ -249,8 +266,8 @@ Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensor
   return row;
 }
 
-// XOR of the 8-byte words of p[0, n) (n a multiple of 8), in eight independent lanes so that the
-// loop is bound by the loads.
+// XOR of the bytes p[0, n) taken as 8-byte words (the last one padded with zeros), in eight
+// independent lanes so that the loop is bound by the loads.
 uint64_t xor_words(const std::byte* p, std::size_t n) {
   uint64_t lane[8] = {};
   std::size_t i = 0;
@@ -262,8 +279,8 @@ uint64_t xor_words(const std::byte* p, std::size_t n) {
     }
   }
   for (int k = 0; i < n; i += 8, ++k) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, std::min<std::size_t>(8, n - i));
     lane[k] ^= w;
   }
   uint64_t all = 0;
@@ -271,40 +288,37 @@ uint64_t xor_words(const std::byte* p, std::size_t n) {
   return all;
 }
 
-// Runs f(k, begin, end) for k = 0 .. threads - 1 over contiguous shares of [0, n) cut at multiples
-// of 64 bytes, share 0 on the calling thread and each other share on a thread of its own.
-template <class F>
-void on_threads(unsigned threads, std::size_t n, const F& f) {
-  auto bound = [&](unsigned k) { return k == threads ? n : n / threads * k / 64 * 64; };
-  std::vector<std::thread> pool;
-  for (unsigned k = 1; k < threads; ++k) pool.emplace_back([&f, &bound, k] { f(k, bound(k), bound(k + 1)); });
-  f(0u, bound(0), bound(1));
-  for (std::thread& t : pool) t.join();
+// Where share k of [0, n) split into `shares` begins (n for k == shares): a multiple of 64 bytes.
+std::size_t share_begin(unsigned shares, std::size_t n, unsigned k) {
+  return k == shares ? n : n / shares * k / 64 * 64;
 }
 
-// memcpy from a to b, and a read of a, on `threads` threads. The read's XOR has to match the
-// single-threaded one in every run: that is what keeps the compiler from dropping the reads.
-Result<BenchYardstick> measure_yardstick(const ByteBuffer& a, ByteBuffer& b, unsigned threads, int repeats) {
+// memcpy of src[0, n) to dst, and a read of src, by `threads` threads taking contiguous shares (no
+// more threads than 64-byte shares). The read's XOR has to match the single-threaded one in every
+// run: that is what keeps the compiler from dropping the reads.
+Result<BenchYardstick> measure_yardstick(const std::byte* src, std::byte* dst, std::size_t n, unsigned threads,
+                                         int repeats) {
   BenchYardstick y{threads};
+  const unsigned shares = static_cast<unsigned>(std::clamp<std::size_t>(n / 64, 1, threads));
   GCZ_ASSIGN_OR_RETURN(double copy, best_time(repeats, [&] {
-                         on_threads(threads, a.size(), [&](unsigned, std::size_t lo, std::size_t hi) {
-                           std::memcpy(b.data() + lo, a.data() + lo, hi - lo);
+                         return on_threads(shares, [&](unsigned k) {
+                           const std::size_t lo = share_begin(shares, n, k), hi = share_begin(shares, n, k + 1);
+                           std::memcpy(dst + lo, src + lo, hi - lo);
                          });
-                         return Status::ok();
                        }));
-  const std::size_t n = a.size() / 8 * 8;  // whole words; a.size() is whole elements, maybe of 2 bytes
-  const uint64_t expect = xor_words(a.data(), n);
-  std::vector<uint64_t> part(threads);
+  const uint64_t expect = xor_words(src, n);
+  std::vector<uint64_t> part(shares);
   GCZ_ASSIGN_OR_RETURN(double read, best_time(repeats, [&]() -> Status {
-                         on_threads(threads, n, [&](unsigned k, std::size_t lo, std::size_t hi) {
-                           part[k] = xor_words(a.data() + lo, hi - lo);
-                         });
+                         GCZ_RETURN_IF_ERROR(on_threads(shares, [&](unsigned k) {
+                           const std::size_t lo = share_begin(shares, n, k), hi = share_begin(shares, n, k + 1);
+                           part[k] = xor_words(src + lo, hi - lo);
+                         }));
                          uint64_t all = 0;
                          for (uint64_t w : part) all ^= w;
                          if (all != expect) return internal_error("the benchmark's read yardstick lost bytes");
                          return Status::ok();
                        }));
-  y.memcpy_gbps = static_cast<double>(a.size()) / copy / 1e9;
+  y.memcpy_gbps = static_cast<double>(n) / copy / 1e9;
   y.read_gbps = static_cast<double>(n) / read / 1e9;
   return y;
 }
@@ -313,19 +327,32 @@ Result<BenchYardstick> measure_yardstick(const ByteBuffer& a, ByteBuffer& b, uns
 
 Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options) {
   // The options first: a typo fails at once, before the inputs are read and minutes are measured.
-  if (options.repeats < 1) return invalid_argument("--repeat must be at least 1");
-  if (options.threads.empty()) return invalid_argument("--threads needs at least one thread count");
+  if (options.repeats < 1) {
+    return invalid_argument("repeats must be at least 1, got " + std::to_string(options.repeats));
+  }
+  if (options.threads.empty()) return invalid_argument("no thread counts to measure");
   for (unsigned threads : options.threads) {
-    if (threads < 1 || threads > kMaxBenchThreads) {
-      return invalid_argument("--threads values must be 1.." + std::to_string(kMaxBenchThreads) + ", got " +
+    if (threads < 1 || threads > kBenchMaxThreads) {
+      return invalid_argument("thread counts must be 1.." + std::to_string(kBenchMaxThreads) + ", got " +
                               std::to_string(threads));
     }
   }
-  for (const std::string& spec : specs) {
-    GCZ_RETURN_IF_ERROR(check_encoding_plan(spec).status());
-  }
   BenchResult result;
   GCZ_ASSIGN_OR_RETURN(result.backend, resolve_backend(options.device));
+  for (const std::string& spec : specs) {
+    GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, check_encoding_plan(spec));
+    if (result.backend != Backend::kCpu) {
+      auto codec = make_codec(plan.codec.name, plan.codec.params, result.backend);
+      if (!codec) return codec.status().with_context("codec spec '" + spec + "'");
+    }
+  }
+  // The thread counts of the rows: each once, in the order given; one for a GPU backend.
+  std::vector<unsigned>& row_threads = result.row_threads;
+  for (unsigned threads : options.threads) {
+    const unsigned t = result.backend == Backend::kCpu ? threads : 1u;
+    if (std::find(row_threads.begin(), row_threads.end(), t) == row_threads.end()) row_threads.push_back(t);
+  }
+
   GCZ_ASSIGN_OR_RETURN(std::vector<Tensor> tensors, load_inputs(options));
   for (const Tensor& t : tensors) result.input_bytes += t.data.size();
   result.tensors = tensors.size();
@@ -334,31 +361,37 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
     for (const std::string& path : options.inputs) names += (names.empty() ? "" : ", ") + path;
     return invalid_argument("nothing to measure: no elements in " + (names.empty() ? "the synthetic data" : names));
   }
-  auto row_threads = [&](unsigned threads) { return result.backend == Backend::kCpu ? threads : 1u; };
 
-  // The yardsticks: the same bytes copied between two buffers that are already resident, and read,
-  // on one thread (what 'x memcpy' divides by) and on every thread count of the rows.
-  ByteBuffer a(result.input_bytes), b(result.input_bytes);
-  std::size_t off = 0;
-  for (const Tensor& t : tensors) {
-    std::memcpy(a.data() + off, t.data.data(), t.data.size());
-    off += t.data.size();
+  // The yardsticks: the input's bytes copied to a buffer that is already resident, and read, on one
+  // thread (what 'x memcpy' divides by) and on every thread count of the rows. Several tensors are
+  // first put end to end; one is used where it is.
+  ByteBuffer joined, copy(result.input_bytes);
+  const std::byte* src = tensors.size() == 1 ? tensors[0].data.data() : nullptr;
+  if (src == nullptr) {
+    joined.resize(result.input_bytes);
+    std::size_t off = 0;
+    for (const Tensor& t : tensors) {
+      std::memcpy(joined.data() + off, t.data.data(), t.data.size());
+      off += t.data.size();
+    }
+    src = joined.data();
   }
-  std::memset(b.data(), 1, b.size());
-  std::vector<unsigned> counts = {1};
-  for (unsigned threads : options.threads) counts.push_back(row_threads(threads));
+  std::memset(copy.data(), 1, copy.size());
+  std::vector<unsigned> counts = row_threads;
+  counts.push_back(1);
   std::sort(counts.begin(), counts.end());
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
   for (unsigned threads : counts) {
-    GCZ_ASSIGN_OR_RETURN(BenchYardstick y, measure_yardstick(a, b, threads, options.repeats));
+    GCZ_ASSIGN_OR_RETURN(BenchYardstick y,
+                         measure_yardstick(src, copy.data(), result.input_bytes, threads, options.repeats));
     result.yardsticks.push_back(y);
   }
   result.memcpy_gbps = result.yardsticks[0].memcpy_gbps;
   if (options.progress) options.progress(result);
 
   for (const std::string& spec : specs) {
-    for (unsigned threads : options.threads) {
-      auto row = bench_spec(spec, tensors, result.backend, options.repeats, result.input_bytes, row_threads(threads));
+    for (unsigned threads : row_threads) {
+      auto row = bench_spec(spec, tensors, result.backend, options.repeats, result.input_bytes, threads);
       if (!row) return row.status().with_context("spec '" + spec + "'");
       result.rows.push_back(*row);
       if (options.progress) options.progress(result);

@@ -448,6 +448,16 @@ def test_bench_json_is_one_document_with_the_same_measurements():
     assert all(row["encode_gbps"] > 0 and row["decode_gbps"] > 0 for row in doc["rows"])
 
 
+def test_bench_inputs_may_follow_codecs_and_thread_counts(tmp_path):
+    x = tmp_path / "g.npy"
+    np.save(x, np.linspace(-1, 1, 4096, dtype=np.float32))
+    for args in (["-c", "fp16", x], ["--threads", "2,1", x, "-c", "fp16"]):
+        r = gcz("bench", "--repeat", "1", *args, "--json", check=True)
+        doc = json.loads(r.stdout)
+        assert doc["synthetic"] is False and doc["input_bytes"] == 4096 * 4, (args, doc)
+        assert [row["codec"] for row in doc["rows"]] == ["fp16"] * len(doc["rows"]), (args, doc)
+
+
 @pytest.mark.parametrize("args, names", [
     (["-c", "fp17"], "fp17"),
     (["-c", "fp16", "-c", "qsgd:bits=9"], "qsgd:bits=9"),
@@ -514,6 +524,18 @@ def test_decode_to_directory(lossless, tmp_path):
     gcz("decode", gz, "-o", str(tmp_path / "d") + "/", check=True)
     got = {str(p.relative_to(tmp_path / "d"))[:-4]: np.load(p) for p in (tmp_path / "d").rglob("*.npy")}
     _same(got, want)
+
+
+def test_repeatable_options_take_one_value_each(lossless, tmp_path):
+    """An input after -t, --rule or --meta stays an input, not a second GLOB, rule or key."""
+    gz, want = lossless
+    gcz("decode", "-t", "*.bias", gz, "-o", str(tmp_path / "d") + "/", check=True)
+    got = {str(p.relative_to(tmp_path / "d"))[:-4]: np.load(p) for p in (tmp_path / "d").rglob("*.npy")}
+    _same(got, {k: v for k, v in want.items() if k.endswith(".bias")})
+    rep = json.loads(gcz("eval", "--rule", "*.bias=none", SAMPLE, "--json", check=True).stdout)
+    assert {t["codec"] for t in rep["tensors"] if t["name"].endswith(".bias")} == {"none"}, rep
+    gcz("encode", "--meta", "run=7", SAMPLE, "-o", tmp_path / "m.gcz", "-q", check=True)
+    assert "run=7" in gcz("info", tmp_path / "m.gcz", check=True).stdout
 
 
 def test_decode_to_h5(lossless, tmp_path):

@@ -45,22 +45,45 @@ TEST(Bench, YardsticksForEveryThreadCountAndRowsInOrder) {
   }
   EXPECT_EQ(r->memcpy_gbps, r->yardsticks[0].memcpy_gbps);
 
-  // A row per spec and thread count, in the order asked; the ratio is the streams' exact size.
-  ASSERT_EQ(r->rows.size(), 6u);
-  const unsigned threads[] = {2, 1, 2};
+  // A row per spec and distinct thread count, in the order asked; the ratio is the streams' exact size.
+  EXPECT_EQ(r->row_threads, (std::vector<unsigned>{2, 1}));
+  ASSERT_EQ(r->rows.size(), 4u);
   const uint64_t n = (1 << 20) / 4;
-  for (std::size_t i = 0; i < 6; ++i) {
+  for (std::size_t i = 0; i < 4; ++i) {
     const BenchRow& row = r->rows[i];
-    EXPECT_EQ(row.spec, i < 3 ? "fp16" : "qsgd");
-    EXPECT_EQ(row.threads, threads[i % 3]);
+    EXPECT_EQ(row.spec, i < 2 ? "fp16" : "qsgd");
+    EXPECT_EQ(row.threads, i % 2 == 0 ? 2u : 1u);
     EXPECT_TRUE(positive_finite(row.encode_gbps)) << i;
     EXPECT_TRUE(positive_finite(row.decode_gbps)) << i;
     // fp16: 2 bytes per element; qsgd: 1 byte per element and a float32 scale per 128.
-    const double expect = i < 3 ? 2.0 : 4.0 * n / (n + n / 128 * 4);
+    const double expect = i < 2 ? 2.0 : 4.0 * n / (n + n / 128 * 4);
     EXPECT_DOUBLE_EQ(row.ratio, expect) << i;
   }
   // Progress: once the yardsticks are measured, then after every row.
-  EXPECT_EQ(rows_seen, (std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(rows_seen, (std::vector<std::size_t>{0, 1, 2, 3, 4}));
+}
+
+// An input smaller than a word, or than a 64-byte share per thread: every byte is still copied and
+// read, by as many threads as have a share.
+TEST(Bench, YardsticksOfATinyInputAreMeasured) {
+  BenchOptions o = small({1, 2});
+  o.inputs = {(std::filesystem::path(::testing::TempDir()) / "gcz_bench_tiny.npy").string()};
+  const uint16_t one = 0x3C00;  // 1.0 in float16
+  auto w = create_tensor_file(o.inputs[0], {{"x", DType::kFloat16, {1}}}, {});
+  ASSERT_TRUE(w) << w.status().message();
+  ASSERT_TRUE((*w)->begin(0) && (*w)->write(&one, 1) && (*w)->end() && (*w)->finish());
+  auto r = run_bench({"fp16", "qsgd:bits=4"}, o);
+  std::filesystem::remove(o.inputs[0]);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->input_bytes, 2u);
+  ASSERT_EQ(r->yardsticks.size(), 2u);
+  for (const BenchYardstick& y : r->yardsticks) {
+    EXPECT_TRUE(positive_finite(y.memcpy_gbps)) << y.threads << ": " << y.memcpy_gbps;
+    EXPECT_TRUE(positive_finite(y.read_gbps)) << y.threads << ": " << y.read_gbps;
+  }
+  ASSERT_EQ(r->rows.size(), 4u);
+  EXPECT_DOUBLE_EQ(r->rows[0].ratio, 1.0);        // float16 kept as float16
+  EXPECT_DOUBLE_EQ(r->rows[2].ratio, 2.0 / 5.0);  // a 4-bit code in a byte and a float32 scale
 }
 
 // The bundled sample holds 1-D tensors and small matrices that PowerSGD hands to its fallback: the
@@ -110,14 +133,17 @@ TEST(Bench, RefusesBadOptionsAndSpecsBeforeMeasuring) {
   };
   BenchOptions zero_repeats = small({1});
   zero_repeats.repeats = 0;
+  BenchOptions missing_input = small({1});  // the spec is refused before the inputs are read
+  missing_input.inputs = {"/nonexistent/dir/grads.safetensors"};
   std::vector<Case> cases = {
-      {{"fp16"}, small({}), "--threads"},
-      {{"fp16"}, small({1, 0}), "--threads"},
-      {{"fp16"}, small({1, 1025}), "--threads"},
-      {{"fp16"}, zero_repeats, "--repeat"},
+      {{"fp16"}, small({}), "thread counts"},
+      {{"fp16"}, small({1, 0}), "thread counts"},
+      {{"fp16"}, small({1, 1025}), "1..1024"},
+      {{"fp16"}, zero_repeats, "repeats"},
       {{"fp16", "fp17"}, small({1}), "fp17"},
       {{"fp16", "qsgd:bits=9"}, small({1}), "qsgd:bits=9"},
       {{"fp16+zstd:level=0"}, small({1}), "level"},
+      {{"fp17"}, missing_input, "fp17"},
   };
   for (Case& c : cases) {
     bool measured = false;

@@ -17,13 +17,15 @@
 
 namespace gcz {
 
+inline constexpr unsigned kBenchMaxThreads = 1024;  // the most threads a row may ask for
+
 struct BenchResult;
 
 struct BenchOptions {
   std::vector<std::string> inputs;     // tensor files; empty = synthetic data
   uint64_t synthetic_bytes = 256ull << 20;  // float32 bytes of synthetic data (heavy-tailed, seeded)
   int repeats = 5;                     // best of this many timed runs
-  std::vector<unsigned> threads = {1};  // measure each spec with each of these thread counts
+  std::vector<unsigned> threads = {1};  // measure each spec with each of these (1..kBenchMaxThreads)
   DeviceRequest device = DeviceRequest::kCpu;
   ReadOptions read;
   // Called with what has been measured so far: once the yardsticks are, then after every row (so a
@@ -33,7 +35,7 @@ struct BenchOptions {
 
 struct BenchRow {
   std::string spec;
-  unsigned threads = 1;
+  unsigned threads = 1;  // as asked: an input with fewer pieces of work than threads leaves some idle
   double encode_gbps = 0;  // input bytes per second / 1e9
   double decode_gbps = 0;  // decoded bytes (the input's size) per second / 1e9
   double ratio = 0;        // input bytes / stream bytes
@@ -52,15 +54,20 @@ struct BenchResult {
   uint64_t input_bytes = 0;
   uint64_t tensors = 0;
   double memcpy_gbps = 0;  // the same number of bytes copied by one thread, best of the same repeats
-  std::vector<BenchYardstick> yardsticks;  // one per distinct thread count the rows use, ascending
+  std::vector<unsigned> row_threads;       // each spec's rows' thread counts, in order
+  std::vector<BenchYardstick> yardsticks;  // for 1 and each thread count of the rows, ascending
   Backend backend = Backend::kCpu;
   std::vector<BenchRow> rows;
 };
 
 // Encodes and decodes the data in memory with each spec (the codec and its zstd stage; no file I/O)
-// on each thread count (element-wise codecs split every tensor into one piece per thread) and times
-// it against a single-threaded memcpy of the same bytes. The yardsticks are measured first, on every
-// thread count the rows use.
+// on each thread count (element-wise codecs split every tensor into one piece per thread; a tensor
+// the codec does not suit goes to its fallback, as gcz encode would) and times it against a
+// single-threaded memcpy of the same bytes. Rows come per spec, then per distinct thread count in
+// the order given (a GPU backend has one row per spec, threads 1). The yardsticks are measured first.
+// Errors: kInvalidArgument for repeats < 1, no or out-of-range thread counts, a spec that does not
+// parse or make its codec on the backend, and inputs with no elements (all before anything is
+// measured but the last); the readers' errors for the inputs; kDeviceError when the backend is not usable.
 Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options);
 
 }  // namespace gcz
