@@ -290,11 +290,13 @@ def test_device_cuda_without_gpu(tmp_path):
     if _cuda_usable():
         pytest.skip("a GPU and a CUDA build are present: --device cuda is expected to work here")
     for args in (["eval", SAMPLE], ["encode", SAMPLE, "-o", tmp_path / "x.gcz"],
-                 ["decode", CORRUPT / "gcz" / "valid.gcz", "-o", tmp_path / "x.npz"]):
+                 ["decode", CORRUPT / "gcz" / "valid.gcz", "-o", tmp_path / "x.npz"],
+                 ["bench", "--size-mib", "1", "--repeat", "1"]):
         r = gcz(*args, "--device", "cuda")
         assert r.returncode == EXIT_DEVICE, r.stderr
         line = error_line(r)
         assert "cuda" in line.lower(), line
+        assert r.stdout == "", (args, r.stdout)
     assert os.listdir(tmp_path) == []
     # auto falls back to the CPU
     r = gcz("eval", SAMPLE, "--device", "auto", "--json", check=True)
