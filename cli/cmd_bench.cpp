@@ -155,17 +155,20 @@ RunFn add_bench_command(CLI::App& app) {
       // The run holds about five copies of the data: the input, the memcpy yardstick's copy, the
       // streams, the decoded values, and a stream's unzstd'd bytes.
       const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-      const int64_t most = pages > 0 && page > 0 ? static_cast<int64_t>((static_cast<uint64_t>(pages) * page) >> 20) / 5
-                                                 : INT64_MAX >> 20;
+      const int64_t ram_mib =
+          pages > 0 && page > 0 ? static_cast<int64_t>((static_cast<uint64_t>(pages) * page) >> 20) : 0;
+      const int64_t most = ram_mib > 0 ? ram_mib / 5 : int64_t{1} << 24;  // 16 TiB when the size is unknown
       if (a->size_mib < 1 || a->size_mib > most) {
-        return report_error(invalid_argument("--size-mib must be 1.." + std::to_string(most) +
-                                             " (the run holds about five copies of the data, and this machine has " +
-                                             std::to_string(most * 5) + " MiB), got " + std::to_string(a->size_mib)));
+        const std::string why = ram_mib > 0 ? " (the run holds about five copies of the data, and this machine has " +
+                                                  std::to_string(ram_mib) + " MiB)"
+                                            : "";
+        return report_error(invalid_argument("--size-mib must be 1.." + std::to_string(most) + why + ", got " +
+                                             std::to_string(a->size_mib)));
       }
     }
     BenchOptions o;
     o.inputs = a->inputs;
-    o.synthetic_bytes = static_cast<uint64_t>(std::max<int64_t>(a->size_mib, 1)) << 20;
+    if (a->inputs.empty()) o.synthetic_bytes = static_cast<uint64_t>(a->size_mib) << 20;
     o.repeats = a->repeats;
     o.threads = a->threads;
     auto device = parse_device(a->device);
