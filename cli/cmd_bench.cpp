@@ -136,9 +136,9 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->footer(
       "Timings are in-memory (no file I/O); GB/s counts input bytes (1 GB = 1e9 bytes). 'x memcpy' divides by\n"
       "single-threaded memcpy of the same bytes in the same run; 'scaling' by the first thread count's figure.\n"
-      "The yardsticks copy and read the same bytes on each thread count: a codec bound by the memory's\n"
-      "bandwidth scales with threads no better than they do. On small inputs (a few MiB) starting the\n"
-      "threads dominates the multi-thread figures.\n"
+      "The yardsticks copy and read the same bytes on each thread count: they show how far the memory's\n"
+      "bandwidth scaled during the run, and so how far a codec limited by it could. On small inputs\n"
+      "(a few MiB) starting the threads dominates the multi-thread figures.\n"
       "The machine may be shared and noisy: compare ratios, not absolute numbers.\n"
       "Examples:\n  gcz bench\n  gcz bench samples/grads/step_0000.safetensors -c fp16 -c bf16+zstd\n"
       "  gcz bench -c qsgd -c terngrad --threads 1,2 --json > bench.json");

@@ -42,8 +42,8 @@ struct BenchRow {
 };
 
 // What the machine itself does with the input's bytes on a number of threads, each thread taking a
-// contiguous share: copy them (memcpy) and read them (an XOR over every 8-byte word). A codec bound
-// by the memory's bandwidth cannot scale with threads better than these do.
+// contiguous share: copy them (memcpy) and read them (an XOR over every 8-byte word). They show how
+// far the memory's bandwidth scaled during the run, and so how far a codec limited by it could.
 struct BenchYardstick {
   unsigned threads = 1;
   double memcpy_gbps = 0;  // input bytes per second / 1e9, as the rows count them
