@@ -104,7 +104,8 @@ struct RowCounter {
 RunFn add_bench_command(CLI::App& app) {
   struct Args {
     std::vector<std::string> inputs;
-    std::vector<std::string> specs = {"fp16", "bf16", "fp16+zstd:level=1"};
+    // Every codec at its defaults, and one zstd stage.
+    std::vector<std::string> specs = {"fp16", "bf16", "qsgd", "terngrad", "topk", "randomk", "powersgd", "fp16+zstd"};
     int64_t size_mib = 256;
     int repeats = 5;
     std::vector<unsigned> threads = {1, 2};
