@@ -80,25 +80,6 @@ struct TablePrinter {
   }
 };
 
-// While --json waits for the end of the run: "gcz bench: 3 of 8 rows measured" on stderr, when it is
-// a terminal.
-struct RowCounter {
-  std::size_t specs;
-  bool enabled = ::isatty(STDERR_FILENO) == 1;
-  bool drawn = false;
-
-  void operator()(const BenchResult& r) {
-    if (!enabled) return;
-    std::fprintf(stderr, "\r\033[Kgcz bench: %zu of %zu rows measured", r.rows.size(), specs * r.row_threads.size());
-    std::fflush(stderr);
-    drawn = true;
-  }
-  void clear() {
-    if (drawn) std::fprintf(stderr, "\r\033[K");
-    drawn = false;
-  }
-};
-
 }  // namespace
 
 RunFn add_bench_command(CLI::App& app) {
@@ -176,15 +157,19 @@ RunFn add_bench_command(CLI::App& app) {
     if (!device) return report_error(device.status());
     o.device = *device;
     // The tables are printed as the measurements come: a long run shows its progress row by row.
+    // With --json, which prints only at the end, a terminal's stderr counts the rows meanwhile.
     TablePrinter tables{a->repeats, a->inputs.empty()};
-    RowCounter counter{a->specs.size()};
+    ProgressLine line("gcz bench:");
     if (a->json) {
-      o.progress = std::ref(counter);
+      o.progress = [&](const BenchResult& r) {
+        line.show(std::to_string(r.rows.size()) + " of " + std::to_string(a->specs.size() * r.row_threads.size()) +
+                  " rows measured");
+      };
     } else {
       o.progress = std::ref(tables);
     }
     auto r = run_bench(a->specs, o);
-    counter.clear();
+    line.clear();
     if (!r) return report_error(r.status());
     if (a->json) std::printf("%s\n", bench_json(*r, a->repeats, a->inputs.empty()).dump(2).c_str());
     return static_cast<int>(kExitOk);

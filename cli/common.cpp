@@ -50,12 +50,18 @@ ProgressFn ProgressLine::callback() {
     if (t - last_ < 0.1 && p.bytes_done < p.bytes_total) return;
     last_ = t;
     const double pct = p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100.0;
-    std::fprintf(stderr, "\r\033[K%s %zu/%zu %5.1f%% %.1f/%.1f MiB  %s", verb_.c_str(), p.tensor + 1, p.tensors, pct,
-                 static_cast<double>(p.bytes_done) / 1048576.0, static_cast<double>(p.bytes_total) / 1048576.0,
-                 p.name ? p.name->c_str() : "");
-    std::fflush(stderr);
-    drawn_ = true;
+    char text[160];
+    std::snprintf(text, sizeof text, "%zu/%zu %5.1f%% %.1f/%.1f MiB  ", p.tensor + 1, p.tensors, pct,
+                  static_cast<double>(p.bytes_done) / 1048576.0, static_cast<double>(p.bytes_total) / 1048576.0);
+    show(text + (p.name ? *p.name : std::string()));
   };
+}
+
+void ProgressLine::show(const std::string& text) {
+  if (!enabled_) return;
+  std::fprintf(stderr, "\r\033[K%s %s", verb_.c_str(), text.c_str());
+  std::fflush(stderr);
+  drawn_ = true;
 }
 
 Result<DeviceRequest> parse_device(const std::string& text) {

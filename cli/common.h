@@ -33,6 +33,8 @@ class ProgressLine {
   explicit ProgressLine(std::string verb);
   ~ProgressLine();
   ProgressFn callback();
+  // Draws "VERB TEXT" now (when stderr is a terminal), for progress that is not a Progress.
+  void show(const std::string& text);
   void clear();
 
  private:

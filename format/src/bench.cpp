@@ -15,6 +15,7 @@
 
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
+#include "parallel.h"
 
 namespace gcz {
 namespace {
@@ -288,11 +289,6 @@ uint64_t xor_words(const std::byte* p, std::size_t n) {
   return all;
 }
 
-// Where share k of [0, n) split into `shares` begins (n for k == shares): a multiple of 64 bytes.
-std::size_t share_begin(unsigned shares, std::size_t n, unsigned k) {
-  return k == shares ? n : n / shares * k / 64 * 64;
-}
-
 // memcpy of src[0, n) to dst, and a read of src, by `threads` threads taking contiguous shares (no
 // more threads than 64-byte shares). The read's XOR has to match the single-threaded one in every
 // run: that is what keeps the compiler from dropping the reads.
@@ -302,7 +298,8 @@ Result<BenchYardstick> measure_yardstick(const std::byte* src, std::byte* dst, s
   const unsigned shares = static_cast<unsigned>(std::clamp<std::size_t>(n / 64, 1, threads));
   GCZ_ASSIGN_OR_RETURN(double copy, best_time(repeats, [&] {
                          return on_threads(shares, [&](unsigned k) {
-                           const std::size_t lo = share_begin(shares, n, k), hi = share_begin(shares, n, k + 1);
+                           const uint64_t lo = detail::part_begin(shares, n, 64, k);
+                           const uint64_t hi = detail::part_begin(shares, n, 64, k + 1);
                            std::memcpy(dst + lo, src + lo, hi - lo);
                          });
                        }));
@@ -310,7 +307,8 @@ Result<BenchYardstick> measure_yardstick(const std::byte* src, std::byte* dst, s
   std::vector<uint64_t> part(shares);
   GCZ_ASSIGN_OR_RETURN(double read, best_time(repeats, [&]() -> Status {
                          GCZ_RETURN_IF_ERROR(on_threads(shares, [&](unsigned k) {
-                           const std::size_t lo = share_begin(shares, n, k), hi = share_begin(shares, n, k + 1);
+                           const uint64_t lo = detail::part_begin(shares, n, 64, k);
+                           const uint64_t hi = detail::part_begin(shares, n, 64, k + 1);
                            part[k] = xor_words(src + lo, hi - lo);
                          }));
                          uint64_t all = 0;
