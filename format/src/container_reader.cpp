@@ -19,6 +19,14 @@ using detail::rule_error;
 
 constexpr uint64_t kMaxZstdExpansion = 65536;
 
+// A fuzzing build (GCZ_BUILD_FUZZERS) takes every checksum for right: a mutated byte then reaches the
+// index parser and the codecs' decoders instead of stopping at the first checksum.
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+constexpr bool kCheckChecksums = false;
+#else
+constexpr bool kCheckChecksums = true;
+#endif
+
 std::string hex(uint64_t v) {
   char buf[19];
   std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
@@ -146,7 +154,7 @@ Status GczReader::Impl::check_header(uint64_t& index_offset, uint64_t& index_len
   }
   const uint64_t stored = detail::get_le(t + 16, 8);
   const uint64_t actual = XXH3_64bits(b + index_offset, index_length);
-  if (stored != actual) {
+  if (kCheckChecksums && stored != actual) {
     return fail("index-checksum", "index XXH3 is " + hex(actual) + ", the trailer says " + hex(stored),
                 StatusCode::kChecksumMismatch);
   }
@@ -264,7 +272,7 @@ Result<std::unique_ptr<StreamCursor>> GczReader::open_stream(std::size_t tensor,
   }
   const uint64_t actual = XXH3_64bits_digest(state);
   XXH3_freeState(state);
-  if (actual != s.xxh3) {
+  if (kCheckChecksums && actual != s.xxh3) {
     return impl_->fail("stream-checksum", "stream '" + s.name + "' XXH3 is " + hex(actual) + ", the index says " +
                                               hex(s.xxh3), StatusCode::kChecksumMismatch, t.info.name);
   }
