@@ -14,7 +14,13 @@ as a check that the specification is enough to read the format. It decodes every
 - value codecs nested in them (``values=(qsgd:bits=8)``, ``factors=(bf16)``, and deeper), and
   error-feedback state files (ordinary .gcz files, CODECS.md "Error feedback").
 
-All of these come out bit for bit as ``gcz decode`` writes them (tests/python/test_reader.py).
+All of these come out bit for bit as ``gcz decode`` writes them (tests/python/test_reader.py), with
+one exception, PowerSGD outputs from NaN factors (gcz's encoder writes no NaN factor, so only a
+hand-made file has them): the same elements are NaNs, but where two NaNs meet in one operation (a
+NaN product added to a NaN sum, a NaN times a NaN) which one's sign and payload survives depends on
+the machine instructions (operand order, fused multiply-add), which the format does not fix, so such
+an element's NaN payload and sign may differ from gcz's. Every element that is not a NaN is exactly
+as gcz writes it.
 
 Dependencies
 ------------
@@ -40,20 +46,37 @@ top 16 bits of the float32 with the same value), or, with ``read(name, widen=Tru
 dtype's width (uint16/uint32/uint64).
 
 Every rejection raises :class:`GczFormatError`; ``err.rule`` is the FORMAT.md §6 rule name (for
-instance ``"index-checksum"``) and the message starts with it. A stream whose *content* breaks its
-codec's decoding rules (docs/codecs/*.md: a Top-K index list that is not strictly ascending, a NaN
-QSGD scale, a base-3 byte above 242, ...) has no §6 rule: it raises with rule ``"bad-stream-data"``
-and a message naming the codec, the stream and the doc section (and, for Top-K, the rule number).
+instance ``"index-checksum"``; the name ``gcz verify`` prints) and the message starts with it. A
+stream whose *content* breaks its codec's decoding rules (docs/codecs/*.md: a Top-K index list that
+is not strictly ascending, a NaN QSGD scale, a base-3 byte above 242, ...) is found when the tensor
+is decoded (``read``, ``read_bits``, ``verify``): §6 rule ``"bad-stream-data"``, with a message
+naming the codec, the stream and the doc section (and, for Top-K, the rule number).
+
+Limits of this reader (not of the format):
+
+- Value codecs nest at most ``MAX_SPEC_DEPTH`` (64) deep (``values=(topk:values=(...))``: two); a
+  number in a spec string has at most ``MAX_NUMBER_CHARS`` (4096) characters (gcz writes at most
+  24). A spec beyond them is rejected as an invalid codec parameter, rule ``"unknown-codec"``.
+- A valid file can hold what this reader cannot hand back; it raises ``GczFormatError`` with rule
+  ``"reader-limit"`` (not a FORMAT.md rule: the file is valid; ``LIMIT_RULES``), naming the tensor:
+  an empty tensor whose shape numpy cannot hold (``[0, 2**64 - 1]``, ``[2**32, 2**32, 0]``: numpy
+  needs every dimension, and the element size times the product of the nonzero dimensions, to be
+  at most 2^63 - 1), from ``read`` and ``read_bits`` (``verify`` still checks such a tensor); and a
+  tensor whose decoded values take more than ``MAX_DECODE_BYTES`` bytes (default: the machine's
+  physical memory; ``None``: no limit), or whose decoding runs out of memory, from ``read``,
+  ``read_bits`` and ``verify``, with the bytes its decoded values take.
 
 Decoding follows CODECS.md bit-exactly: widening is exact, narrowing rounds to nearest-even in one
 step, overflow gives +-Inf, and a NaN keeps its sign, has its payload truncated (or, widening,
 shifted) into the destination's top fraction bits and gets the quiet bit set.
 
-Command line: ``python3 gczread.py FILE.gcz [--verify]`` prints the tensors of the file.
+Command line: ``python3 gczread.py FILE.gcz [--verify]`` prints the tensors of the file; an error
+(a rejected file, or one that cannot be opened) is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -61,12 +84,14 @@ import re
 import struct
 import sys
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 __all__ = ["GczFile", "GczFormatError", "TensorInfo", "StreamInfo", "CodecSpec", "RULES",
-           "DECODE_RULES", "convert_bits", "open_gcz", "parse_spec", "make_spec", "layout",
+           "DECODE_RULES", "LIMIT_RULES", "MAX_SPEC_DEPTH", "MAX_NUMBER_CHARS", "MAX_DECODE_BYTES",
+           "convert_bits", "open_gcz", "parse_spec", "make_spec", "layout",
            "philox4x32_10", "rng_bits", "rng_draw16", "rng_uniform", "tensor_key", "randomk_indices",
            "topk_indices", "sparse_k"]
 
@@ -84,23 +109,43 @@ ZSTD_MAX_RATIO = 65536
 ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 SUPPORTED_MAJOR = 1
 
+# The rules of FORMAT.md §6, in its order.
 RULES = (
     "too-small", "bad-magic", "bad-version", "reserved-nonzero", "bad-end-magic", "index-too-large",
     "index-out-of-range", "index-checksum", "index-json", "index-schema", "duplicate-name",
     "bad-dtype", "bad-shape", "unknown-codec", "bad-streams", "bad-encoding", "stream-out-of-range",
-    "stream-size", "stream-checksum", "zstd-frame", "nonzero-padding",
+    "stream-size", "stream-checksum", "zstd-frame", "bad-stream-data", "nonzero-padding",
 )
-# Not a FORMAT.md §6 rule: a stream whose *content* breaks its codec's decoding rules (a Top-K
-# index list that is not strictly ascending, a QSGD scale that is NaN, a base-3 byte above 242...).
-# The codec documents list these per codec; gcz reports them when decoding, without a rule name.
+# The §6 rule found only when a tensor is decoded: a stream whose *content* breaks its codec's
+# decoding rules (a Top-K index list that is not strictly ascending, a QSGD scale that is NaN, a
+# base-3 byte above 242...). The codec documents list these per codec; gcz names the rule too
+# (`gcz verify` decodes every tensor).
 DECODE_RULES = ("bad-stream-data",)
+# Not a FORMAT.md rule: a valid file holds what this reader cannot hand back (see the module
+# docstring: a shape numpy cannot hold, a tensor too large for memory).
+LIMIT_RULES = ("reader-limit",)
+
+MAX_SPEC_DEPTH = 64      # value codecs nested in value codecs, at most (a limit of this reader)
+MAX_NUMBER_CHARS = 4096  # characters of a number in a spec string, at most (a limit of this reader)
+
+
+def _physical_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not a POSIX system
+        return None
+
+
+# The most bytes a tensor's decoded values may take (None: no limit); read when a tensor is decoded.
+MAX_DECODE_BYTES: Optional[int] = _physical_memory()
 
 
 class GczFormatError(ValueError):
-    """A `.gcz` file breaks a FORMAT.md §6 rule; ``.rule`` names it."""
+    """A `.gcz` file breaks a FORMAT.md §6 rule, or holds what this reader cannot hand back (rule
+    ``reader-limit``, LIMIT_RULES); ``.rule`` names it."""
 
     def __init__(self, rule: str, detail: str, tensor: Optional[str] = None):
-        assert rule in RULES or rule in DECODE_RULES, rule
+        assert rule in RULES or rule in LIMIT_RULES, rule
         self.rule = rule
         self.detail = detail
         self.tensor = tensor
@@ -337,52 +382,125 @@ def _bad_param(tensor: Optional[str], msg: str):
     raise GczFormatError("unknown-codec", msg, tensor)
 
 
+def _show(v: Any, limit: int = 80) -> str:
+    """A parameter value for a message (repr), cut short; a value in parentheses keeps them."""
+    r = repr(f"({v})" if isinstance(v, _Span) else v)
+    return r if len(r) <= limit else f"{r[:limit]}... ({len(r)} characters)"
+
+
+class _Span:
+    """Characters start .. end-1 of a spec string, and where the ')' that matches each '(' of the
+    whole string is. A nested spec is parsed in place from it: the parentheses of a spec string
+    are matched once, in one vectorized pass, however deep its value codecs nest."""
+
+    __slots__ = ("text", "start", "end", "_opens", "_closes")
+
+    def __init__(self, text: str, start: int, end: int, opens: np.ndarray, closes: np.ndarray):
+        self.text, self.start, self.end, self._opens, self._closes = text, start, end, opens, closes
+
+    @classmethod
+    def of(cls, text: str, tensor: Optional[str]) -> "_Span":
+        if not text.isascii():  # the grammar is ASCII: an error anyway
+            bad = re.search(r"[^\x00-\x7f]", text)
+            _bad_param(tensor, f"codec spec {_show(text)}: unexpected character {bad.group()!r} "
+                       f"(position {bad.start() + 1})")
+        b = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        pos = np.flatnonzero((b == ord("(")) | (b == ord(")")))
+        is_open = b[pos] == ord("(")
+        depth = np.cumsum(np.where(is_open, 1, -1))
+        # A '(' that takes the depth to d is matched by the first ')' after it that takes it back
+        # to d - 1. Give both the level d (a ')': the depth before it); among the parentheses of
+        # one level, in order, a '(' is followed by its ')', if it has one.
+        level = np.where(is_open, depth, depth + 1)
+        order = np.argsort(level, kind="stable")      # by level, then by position
+        lv, op, ps = level[order], is_open[order], pos[order]
+        matched = np.zeros(len(pos), dtype=bool)
+        matched[:-1] = op[:-1] & ~op[1:] & (lv[:-1] == lv[1:])
+        closes = np.full(len(pos), -1, dtype=np.int64)
+        closes[order[matched]] = ps[1:][matched[:-1]]
+        return cls(text, 0, len(text), pos[is_open], closes[is_open])
+
+    def sub(self, start: int, end: int) -> "_Span":
+        return _Span(self.text, start, end, self._opens, self._closes)
+
+    def close(self, pos: int) -> int:
+        """Where the ')' matching the '(' at `pos` is; -1: none."""
+        return int(self._closes[np.searchsorted(self._opens, pos)])
+
+    def __str__(self) -> str:
+        return self.text[self.start:self.end]
+
+
+class _Group(str):
+    """A parameter value parse_spec found in parentheses: the text between them, marked as such
+    (gcz reads it as a word, never as a number), with where it lies in its spec string."""
+    span: _Span
+
+
+_SPEC_NAME = re.compile(r"[a-z0-9_]+")
+_SPEC_KEY = re.compile(r"([a-z0-9_]+)=")
+_SPEC_WORD = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _parse_stage(span: _Span, tensor: Optional[str]) -> Tuple[str, Dict[str, Any]]:
+    """parse_spec on a span: a value in parentheses comes back as a _Span (not copied)."""
+    text, start, end = span.text, span.start, span.end
+
+    def fail(what: str, pos: int):
+        _bad_param(tensor, f"codec spec {_show(str(span))}: {what} (position {pos - start + 1})")
+
+    m = _SPEC_NAME.match(text, start, end)
+    if not m:
+        fail("expected a codec name", start)
+    name, pos, params = m.group(0), m.end(), {}
+    if pos < end:
+        if text[pos] != ":":
+            fail("a value codec is one stage" if text[pos] == "+" else "expected ':'", pos)
+        pos += 1
+        while True:
+            m = _SPEC_KEY.match(text, pos, end)
+            if not m:
+                fail("expected key=value", pos)
+            key, pos = m.group(1), m.end()
+            if pos < end and text[pos] == "(":
+                close = span.close(pos)
+                if not pos < close < end:
+                    fail("unbalanced parentheses", pos)
+                value, pos = span.sub(pos + 1, close), close + 1
+            else:
+                m = _SPEC_WORD.match(text, pos, end)
+                if not m:
+                    fail("empty value", pos)
+                value, pos = m.group(0), m.end()
+            if key in params:
+                fail(f"parameter {key!r} given twice", pos)
+            params[key] = value
+            if pos == end:
+                break
+            if text[pos] != ",":
+                fail("a value codec is one stage" if text[pos] == "+" else "expected ','", pos)
+            pos += 1
+    return name, params
+
+
 def parse_spec(text: str, tensor: Optional[str] = None) -> Tuple[str, Dict[str, str]]:
     """Split a one-stage spec string ``name[:key=value,...]`` into its name and raw string values.
 
-    FORMAT.md §5.3 gives no grammar; this follows what gcz writes: a value is a bare word
-    (``max``, ``128``, ``0.01``, ``9.9999999999999995e-08``) or anything in balanced parentheses,
-    returned without them: a nested spec (``values=(qsgd:bits=8,...)``) or a number holding a
-    ``+`` (``clip=(1e+20)``), which would otherwise read as a chain separator."""
-    m = re.match(r"[a-z0-9_]+", text)
-    if not m:
-        _bad_param(tensor, f"codec spec {text!r}: expected a codec name at position 1")
-    name, pos, params = m.group(0), m.end(), {}
-    if pos < len(text):
-        if text[pos] != ":":
-            what = "a value codec is one stage" if text[pos] == "+" else "expected ':'"
-            _bad_param(tensor, f"codec spec {text!r}: {what} (position {pos + 1})")
-        pos += 1
-        while True:
-            m = re.compile(r"([a-z0-9_]+)=").match(text, pos)
-            if not m:
-                _bad_param(tensor, f"codec spec {text!r}: expected key=value at position {pos + 1}")
-            key, pos = m.group(1), m.end()
-            if pos < len(text) and text[pos] == "(":
-                depth, end = 0, pos
-                while end < len(text):
-                    depth += {"(": 1, ")": -1}.get(text[end], 0)
-                    if depth == 0:
-                        break
-                    end += 1
-                if depth:
-                    _bad_param(tensor, f"codec spec {text!r}: unbalanced parentheses")
-                value, pos = text[pos + 1:end], end + 1
-            else:
-                m = re.compile(r"[A-Za-z0-9_.-]+").match(text, pos)
-                if not m:
-                    _bad_param(tensor, f"codec spec {text!r}: empty value at position {pos + 1}")
-                value, pos = m.group(0), m.end()
-            if key in params:
-                _bad_param(tensor, f"codec spec {text!r}: parameter {key!r} given twice")
-            params[key] = value
-            if pos == len(text):
-                break
-            if text[pos] != ",":
-                what = "a value codec is one stage" if text[pos] == "+" else "expected ','"
-                _bad_param(tensor, f"codec spec {text!r}: {what} (position {pos + 1})")
-            pos += 1
-    return name, params
+    The grammar is docs/CLI.md's ("Codec specs", which FORMAT.md §5.3 refers to), read as gcz reads
+    it: a value is a bare word (``max``, ``128``, ``0.01``, ``1e20``, ``9.9999999999999995e-08``) or
+    anything in balanced parentheses, returned without them (as a str marked as having had them): a
+    nested spec (``values=(qsgd:bits=8,...)``). gcz takes a parenthesised value for a word, never
+    for a number: ``values=(fp16)`` and ``scale=(max)`` are valid, ``clip=(2.5)`` and ``bits=(8)``
+    are not (make_spec rejects them). gcz writes numbers without a ``+`` (``clip=1e20``)."""
+    name, params = _parse_stage(_Span.of(text, tensor), tensor)
+    out: Dict[str, str] = {}
+    for k, v in params.items():
+        if isinstance(v, _Span):
+            g = _Group(str(v))
+            g.span = v
+            v = g
+        out[k] = v
+    return name, out
 
 
 @dataclass(frozen=True)
@@ -393,15 +511,40 @@ class CodecSpec:
     params: Dict[str, Any]
 
 
-_NUMBER = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
+# A decimal number (C strtod takes more: hex, inf, nan; gcz writes none of them). Unambiguous: a
+# string matches in one way only, so a failed match does not backtrack (linear time).
+_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_DIGITS = re.compile(r"[0-9]+")
+_MIN_NORMAL = 2.2250738585072014e-308
+INT64_MAX = (1 << 63) - 1
+
+
+def _spec_number(s: str) -> Optional[float]:
+    """A number written in a spec string, as gcz reads it: C strtod, and a value that overflows, or
+    underflows (a subnormal or 0 that the literal is not exactly), is not a number (strtod sets
+    ERANGE, and gcz then keeps the word as a string). None: not a number."""
+    if len(s) > MAX_NUMBER_CHARS or not _NUMBER.fullmatch(s):
+        return None
+    x = float(s)
+    if math.isinf(x):
+        return None
+    if abs(x) < _MIN_NORMAL:
+        mantissa = re.split("[eE]", s)[0]
+        exact = (not re.search("[1-9]", mantissa)) if x == 0.0 else Decimal(s) == Decimal(x)
+        if not exact:
+            return None
+    return x
 
 
 class _Params:
     """Typed access to a codec's parameters, from the index (JSON values) or from a spec string
-    (strings); every problem is an `unknown-codec` error, as FORMAT.md §6 says."""
+    (strings; _Span for a value in parentheses); every problem is an `unknown-codec` error, as
+    FORMAT.md §6 says. `depth`: how deep in value codecs this codec is (0: the element codec)."""
 
-    def __init__(self, codec: str, raw: Dict[str, Any], from_string: bool, tensor: Optional[str]):
-        self.codec, self.raw, self.from_string, self.tensor = codec, dict(raw), from_string, tensor
+    def __init__(self, codec: str, raw: Dict[str, Any], from_string: bool, tensor: Optional[str],
+                 depth: int = 0):
+        self.codec, self.from_string, self.tensor, self.depth = codec, from_string, tensor, depth
+        self.raw = {k: v.span if isinstance(v, _Group) else v for k, v in raw.items()}
         self.used: set = set()
 
     def fail(self, msg: str):
@@ -414,16 +557,25 @@ class _Params:
         self.used.add(key)
         return self.raw[key]
 
+    def _check_length(self, key: str, v: str) -> None:
+        if len(v) > MAX_NUMBER_CHARS:
+            self.fail(f"parameter {key!r} has {len(v)} characters, more than a number may have "
+                      f"here ({MAX_NUMBER_CHARS}: MAX_NUMBER_CHARS, a limit of this reader)")
+
     def int(self, key: str, default: Optional[int], lo: int, hi: int = U64_MAX) -> Optional[int]:
         if key not in self.raw:
             return default
         v = self._get(key)
-        if self.from_string and isinstance(v, str) and re.fullmatch(r"[0-9]+", v):
-            v = int(v)
+        if self.from_string and type(v) is str:
+            self._check_length(key, v)
+            if _DIGITS.fullmatch(v):
+                v = int(v)
+                if v > INT64_MAX:  # gcz reads an integer as a C long long (strtoll), else a float
+                    self.fail(f"parameter {key!r} must be an integer of at most 2^63 - 1, got {v}")
         if type(v) is not int:
-            self.fail(f"parameter {key!r} must be an integer, got {v!r}")
+            self.fail(f"parameter {key!r} must be an integer, got {_show(v)}")
         if not lo <= v <= hi:
-            self.fail(f"parameter {key!r} must be {lo}..{hi}, got {v}")
+            self.fail(f"parameter {key!r} must be {lo}..{hi}, got {_show(v)}")
         return v
 
     def num(self, key: str, default: Optional[float], lo: float, hi: float = math.inf,
@@ -431,29 +583,45 @@ class _Params:
         if key not in self.raw:
             return default
         v = self._get(key)
-        if self.from_string and isinstance(v, str) and _NUMBER.fullmatch(v):
-            v = float(v)
+        if self.from_string and type(v) is str:
+            self._check_length(key, v)
+            x = _spec_number(v)
+            if x is None:
+                why = (" (beyond float64: it overflows or underflows)" if _NUMBER.fullmatch(v)
+                       else "")
+                self.fail(f"parameter {key!r} must be a number, got {_show(v)}{why}")
+            v = x
         if type(v) not in (int, float):
-            self.fail(f"parameter {key!r} must be a number, got {v!r}")
-        v = float(v)
-        if not (math.isfinite(v) and (lo < v if lo_open else lo <= v) and v <= hi):
-            self.fail(f"parameter {key!r} = {v!r} is out of range")
-        return v
+            self.fail(f"parameter {key!r} must be a number, got {_show(v)}")
+        try:
+            x = float(v)
+        except OverflowError:  # an integer beyond float64
+            x = math.inf
+        if not (math.isfinite(x) and (lo < x if lo_open else lo <= x) and x <= hi):
+            self.fail(f"parameter {key!r} = {_show(v)} is out of range")
+        return x
 
     def word(self, key: str, default: str, choices: Tuple[str, ...]) -> str:
         if key not in self.raw:
             return default
         v = self._get(key)
+        if isinstance(v, _Span):  # gcz takes a word in parentheses as the word
+            v = str(v)
         if v not in choices:
-            self.fail(f"parameter {key!r} must be one of {', '.join(choices)}, got {v!r}")
+            self.fail(f"parameter {key!r} must be one of {', '.join(choices)}, got {_show(v)}")
         return v
 
     def spec(self, key: str, default: str) -> CodecSpec:
         v = self._get(key) if key in self.raw else default
-        if not isinstance(v, str):
-            self.fail(f"parameter {key!r} must be a codec spec string, got {v!r}")
-        name, raw = parse_spec(v, self.tensor)
-        return make_spec(name, raw, True, self.tensor)
+        if self.depth >= MAX_SPEC_DEPTH:
+            self.fail(f"parameter {key!r}: value codecs nest more than {MAX_SPEC_DEPTH} deep "
+                      "(MAX_SPEC_DEPTH, a limit of this reader)")
+        if isinstance(v, str):
+            v = _Span.of(v, self.tensor)
+        elif not isinstance(v, _Span):
+            self.fail(f"parameter {key!r} must be a codec spec string, got {_show(v)}")
+        name, raw = _parse_stage(v, self.tensor)
+        return _make_spec(name, raw, True, self.tensor, self.depth + 1)
 
     def done(self, params: Dict[str, Any]) -> Dict[str, Any]:
         extra = sorted(set(self.raw) - self.used)
@@ -532,11 +700,17 @@ def _params_powersgd(p: _Params) -> Dict[str, Any]:  # powersgd.md, parameter ta
 
 def make_spec(name: str, raw: Dict[str, Any], from_string: bool = False,
               tensor: Optional[str] = None) -> CodecSpec:
-    """Validate an element codec and its parameters (from the index or a spec string)."""
+    """Validate an element codec and its parameters (from the index, or a spec string parsed by
+    parse_spec)."""
+    return _make_spec(name, raw, from_string, tensor, 0)
+
+
+def _make_spec(name: str, raw: Dict[str, Any], from_string: bool, tensor: Optional[str],
+               depth: int) -> CodecSpec:
     codec = CODECS.get(name)
     if codec is None:
-        _bad_param(tensor, f"unknown element codec {name!r}")
-    return CodecSpec(name, codec.params(_Params(name, raw, from_string, tensor)))
+        _bad_param(tensor, f"unknown element codec {_show(name)}")
+    return CodecSpec(name, codec.params(_Params(name, raw, from_string, tensor, depth)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -885,8 +1059,9 @@ def _decode_powersgd(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
     summed in float64 from +0 in the order c = 0..r-1, rounded once (by the caller) to the dtype."""
     n, m, r = powersgd_matrix(spec, dtype, shape, ctx.tensor)
     f = spec.params["factors"]
-    P = decode_values(f, (n, r), ctx.inner("p")).astype(np.float64)
-    Q = decode_values(f, (m, r), ctx.inner("q")).astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a signalling NaN factor is quietened, as in gcz
+        P = decode_values(f, (n, r), ctx.inner("p")).astype(np.float64)
+        Q = decode_values(f, (m, r), ctx.inner("q")).astype(np.float64)
     acc = np.zeros((n, m), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         for c in range(r):
@@ -957,17 +1132,33 @@ class TensorInfo:
 
     @property
     def codec_spec(self) -> str:
-        """The chain written as a spec string, e.g. ``fp16+zstd:level=3``."""
+        """The chain written as a spec string, as gcz writes it (``gcz info``), e.g.
+        ``fp16+zstd:level=3``, ``terngrad:clip=1e20,...``, ``topk:ratio=0.01,values=(fp16)``."""
         parts = []
         for st in self.codec:
-            params = ",".join(f"{k}=({v})" if isinstance(v, str) and ":" in v else f"{k}={v}"
-                              for k, v in st["params"].items())
+            params = ",".join(f"{k}={_spec_value(v)}" for k, v in st["params"].items())
             parts.append(st["name"] + (":" + params if params else ""))
         return "+".join(parts)
 
     @property
     def stored_bytes(self) -> int:
         return sum(s.length for s in self.streams)
+
+
+def _spec_value(v: Any) -> str:
+    """A parameter value as gcz writes it in a spec string: an integer in decimal; a number in the
+    shortest %g form that reads back exactly, without the '+' of an exponent ('+' separates stages:
+    ``1e20``, ``1e-05``, ``0.01``, ``2.5``); a string as it is, in parentheses if it holds one of
+    ``:+,=()`` (a nested spec)."""
+    if type(v) is float:
+        for precision in range(1, 18):
+            text = "%.*g" % (precision, v)
+            if float(text) == v:
+                break
+        return text.replace("e+", "e")
+    if isinstance(v, str):
+        return f"({v})" if any(c in v for c in ":+,=()") else v
+    return str(v)
 
 
 _HEX16 = re.compile(r"[0-9a-f]{16}\Z")
@@ -985,13 +1176,23 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def _check_strings(obj: Any) -> None:
-    """Reject strings that cannot be UTF-8 (lone surrogates written as \\uD800 escapes)."""
+def _check_values(obj: Any) -> None:
+    """Reject strings that cannot be UTF-8 (lone surrogates written as \\uD800 escapes), and
+    numbers beyond float64 (gcz reads a JSON number as a float64 or a 64-bit integer)."""
     stack = [obj]
     while stack:
         o = stack.pop()
         if isinstance(o, str):
             o.encode("utf-8")
+        elif type(o) is float:
+            if math.isinf(o):  # json reads a number beyond float64, such as 1e400, as +-inf
+                raise ValueError("a number is beyond float64")
+        elif type(o) is int:
+            if not -(1 << 63) <= o <= U64_MAX:
+                try:
+                    float(o)  # read as a float64 (rounded), if it is one
+                except OverflowError:
+                    raise ValueError(f"the integer {str(o)[:20]}... is beyond float64") from None
         elif isinstance(o, dict):
             for k, v in o.items():
                 k.encode("utf-8")
@@ -1006,7 +1207,7 @@ def _parse_index(raw: bytes) -> Dict[str, Any]:
             raw = raw[3:]
         text = raw.decode("utf-8")  # strict: invalid UTF-8 is rejected
         obj = json.loads(text, parse_constant=_reject_constant)
-        _check_strings(obj)
+        _check_values(obj)
     except (ValueError, RecursionError, UnicodeError) as e:
         raise GczFormatError("index-json", f"the index is not valid UTF-8 JSON ({e})") from None
     if not isinstance(obj, dict):
@@ -1285,14 +1486,29 @@ class GczFile:
             return stored
         return _zstd_decode(stored, s.size, info.name, s.name)
 
-    def read_bits(self, name: str) -> np.ndarray:
-        """The decoded tensor as raw bit patterns: uint16 (float16/bfloat16), uint32, uint64."""
-        info = self.info(name)
+    def _decode_flat(self, info: TensorInfo) -> np.ndarray:
+        """The decoded elements of a tensor, flat, as bit patterns of its dtype; a tensor too large
+        for MAX_DECODE_BYTES, or for the memory there is, raises `reader-limit`."""
+        need = info.numel * FMTS[info.dtype].itemsize
+        limit = MAX_DECODE_BYTES
+        if limit is not None and need > limit:
+            raise GczFormatError(
+                "reader-limit", f"its decoded values take {need} bytes ({info.numel} {info.dtype} "
+                f"elements), more than MAX_DECODE_BYTES = {limit} (default: this machine's memory)",
+                info.name)
         streams = {s.name: s for s in info.streams}
-        ctx = _Ctx(name, info.seed, tensor_key(name), lambda sname: self._read_stream(
+        ctx = _Ctx(info.name, info.seed, tensor_key(info.name), lambda sname: self._read_stream(
             info, streams[sname]))
-        fmt, bits = decode(info.spec, info.dtype, info.shape, ctx)
-        return convert_bits(bits, fmt, info.dtype).reshape(info.shape)
+        with _memory_guard(info, need):
+            fmt, bits = decode(info.spec, info.dtype, info.shape, ctx)
+            return convert_bits(bits, fmt, info.dtype)
+
+    def read_bits(self, name: str) -> np.ndarray:
+        """The decoded tensor as raw bit patterns: uint16 (float16/bfloat16), uint32, uint64. A
+        shape numpy cannot hold, or a tensor too large to decode, raises rule ``reader-limit``."""
+        info = self.info(name)
+        shape = _array_shape(info, FMTS[info.dtype].itemsize)
+        return self._decode_flat(info).reshape(shape)
 
     def read(self, name: str, widen: bool = False) -> np.ndarray:
         """The decoded tensor in its original dtype (C order, its shape).
@@ -1301,10 +1517,13 @@ class GczFile:
         as uint16 bit patterns, or as float32 values (exact) with ``widen=True``.
         """
         info = self.info(name)
+        if info.dtype == "bfloat16" and widen:
+            shape = _array_shape(info, 4)
+            flat = self._decode_flat(info)
+            with _memory_guard(info, info.numel * 4):
+                return convert_bits(flat, "bfloat16", "float32").view(np.float32).reshape(shape)
         bits = self.read_bits(name)
         if info.dtype == "bfloat16":
-            if widen:
-                return convert_bits(bits, "bfloat16", "float32").view(np.float32)
             return bits
         return bits.view(np.dtype(FMTS[info.dtype].float).newbyteorder("="))
 
@@ -1319,7 +1538,7 @@ class GczFile:
                 self._read_stream(info, s)
                 pos = s.offset + s.length
                 nstreams += 1
-            self.read_bits(name)
+            self._decode_flat(info)  # flat: also a tensor whose shape numpy cannot hold
         self._check_padding(pos, self.index_offset, None)
         return {"tensors": len(self._infos), "streams": nstreams, "bytes": self.file_size}
 
@@ -1333,6 +1552,40 @@ class GczFile:
 
     def __repr__(self) -> str:
         return f"GczFile({self.path!r}, {len(self._infos)} tensors)"
+
+
+_NP_MAX = int(np.iinfo(np.intp).max)
+
+
+def _array_shape(info: TensorInfo, itemsize: int) -> Tuple[int, ...]:
+    """The tensor's shape, if numpy can hold it for elements of `itemsize` bytes: every dimension,
+    and itemsize times the product of the nonzero ones, at most 2^63 - 1 (on 64-bit systems). Only
+    an empty tensor can be beyond that (its nonzero dimensions are not limited by the 2^48
+    elements); it raises `reader-limit`."""
+    nbytes = itemsize
+    for d in info.shape:
+        if d > _NP_MAX:
+            break
+        nbytes *= d or 1
+    else:
+        if nbytes <= _NP_MAX:
+            return info.shape
+    raise GczFormatError(
+        "reader-limit", f"numpy cannot hold the shape {list(info.shape)} ({info.numel} elements): "
+        f"it needs every dimension, and {itemsize} bytes times the product of the nonzero ones, to "
+        f"be at most {_NP_MAX} (the file is valid: verify() checks this tensor)", info.name)
+
+
+@contextlib.contextmanager
+def _memory_guard(info: TensorInfo, need: int):
+    """Turns running out of memory while decoding a tensor into a `reader-limit` error."""
+    try:
+        yield
+    except MemoryError:
+        raise GczFormatError(
+            "reader-limit", f"out of memory decoding it: its decoded values alone take {need} "
+            f"bytes ({info.numel} {info.dtype} elements), and decoding needs working copies "
+            "besides", info.name) from None
 
 
 def _zstd_decode(stored: bytes, size: int, tensor: str, stream: str) -> bytes:
@@ -1407,6 +1660,13 @@ def _main(argv: List[str]) -> int:
                 print(f"verify: ok ({summary['tensors']} tensors, {summary['streams']} streams)")
     except GczFormatError as e:
         print(f"gczread: {args.file}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a missing or unreadable file
+        why = f"{args.file}: {e.strerror}" if e.strerror else str(e)
+        print(f"gczread: error: {why}", file=sys.stderr)
+        return 1
+    except ImportError as e:  # xxhash or zstandard missing: the message says what to install
+        print(f"gczread: error: {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -17,6 +17,8 @@ import os
 import struct
 import subprocess
 import sys
+import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Tuple
 
@@ -1119,17 +1121,119 @@ def test_spec_strings():
         "bits": 2, "group": 128, "scale": "max", "rounding": "stochastic", "scale_dtype": "fp32"})
     names = [st.name for st in gczread.layout(s, "float32", (1000,))]
     assert names == ["values.indices", "values.values.codes", "values.values.scales"]
-    # gcz writes a number holding '+' in parentheses inside a nested spec (clip=1e20 below)
-    assert ms(*ps("terngrad:clip=(1e+20)"), True).params["clip"] == 1e20
+    # gcz writes numbers without a '+' (clip=1e20; test_gcz_writes_numbers_without_plus), and takes
+    # a value in parentheses for a word, never for a number
+    assert ms(*ps("terngrad:clip=1e20"), True).params["clip"] == 1e20
     assert ms(*ps("terngrad:clip=9.9999999999999995e-08"), True).params["clip"] == 1e-7
+    assert ms(*ps("qsgd:scale=(l2),rounding=(nearest)"), True).params["scale"] == "l2"
+    assert ms(*ps("topk:values=fp16"), True) == ms(*ps("topk:values=(fp16)"), True)
     for bad in ("", "fp32+zstd", "topk:values=(fp16", "qsgd:bits=", "qsgd:bits=8,", "qsgd:=1",
                 "qsgd:bits=8,bits=8", "Topk", "qsgd:bits= 8", "terngrad:clip=1_0",
-                "terngrad:clip=inf", "randomk:ratio=0x1p-3"):
+                "terngrad:clip=inf", "randomk:ratio=0x1p-3", "terngrad:clip=(1e+20)",
+                "terngrad:clip=1e+20", "topk:values=(fp16))", "topk:values=fp16)",
+                "qsgd:sc\u00e9le=max"):
         with pytest.raises(GczFormatError) as ei:
             ms(*ps(bad), True)
         assert ei.value.rule == "unknown-codec"
     assert gczread.sparse_k({"ratio": 0.29}, 100) == 28  # topk.md: 0.29 * 100 = 28.999...
     assert gczread.sparse_k({"ratio": 1e-9}, 100) == 1 and gczread.sparse_k({"k": 5}, 3) == 3
+
+
+def test_spec_numbers_read_as_gcz_reads_them():
+    """A number in a spec string: not in parentheses (gcz reads a parenthesised value as a word),
+    an integer of at most 2^63 - 1 (strtoll; gcz reads a larger one as a float), and a float64 that
+    neither overflows nor underflows (strtod's ERANGE: a subnormal or 0 that the literal is not
+    exactly)."""
+    ps, ms = gczread.parse_spec, gczread.make_spec
+    bad = ["terngrad:clip=(2.5)", "qsgd:bits=(8)", "topk:ratio=(0.5)", "randomk:k=(3)",
+           "powersgd:min_rate=(2)", "powersgd:rank=(1)", "terngrad:clip=1e-400",
+           "terngrad:clip=1e-310", "terngrad:clip=5e-324", "terngrad:clip=1e400",
+           "randomk:k=9223372036854775808", "randomk:k=10000000000000000000"]
+    for spec in bad:
+        with pytest.raises(GczFormatError) as ei:
+            ms(*ps(spec), True)
+        assert ei.value.rule == "unknown-codec", spec
+    exact_tiny = str(Decimal(5e-324))  # 2^-1074 written out exactly (751 digits): no ERANGE
+    for spec, clip in (("terngrad:clip=0e-400", 0.0), ("terngrad:clip=2.2250738585072014e-308",
+                                                        2.2250738585072014e-308),
+                       ("terngrad:clip=" + exact_tiny, 5e-324), ("terngrad:clip=000000001", 1.0)):
+        assert ms(*ps(spec), True).params["clip"] == clip
+    assert ms(*ps("randomk:k=9223372036854775807"), True).params["k"] == 2 ** 63 - 1
+
+
+# values strings in an index: rejected by both readers with the same rule, or accepted by both
+SPEC_VALUES_REJECTED = ["terngrad:clip=(2.5)", "qsgd:bits=(8)", "topk:ratio=(0.5)", "randomk:k=(3)",
+                        "terngrad:clip=(1e+20)", "terngrad:clip=1e-400", "terngrad:clip=1e-310",
+                        "randomk:k=10000000000000000000"]
+
+
+@pytest.mark.parametrize("values", SPEC_VALUES_REJECTED)
+def test_spec_values_rejected_like_cpp(tmp_path, param_victims, values):
+    path = tmp_path / "v.gcz"
+    path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0]["params"].update(values=values))(
+        param_victims["topk"]))
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert ei.value.rule == "unknown-codec", str(ei.value)
+    assert "unknown-codec:" in _cpp_decode_fails(path, tmp_path)
+
+
+def test_spec_values_accepted_like_cpp(tmp_path):
+    """Words in parentheses, a zero written with a huge exponent, an exact subnormal: gcz accepts
+    them; so does gczread, and both decode the same bits."""
+    src = tmp_path / "in"
+    src.mkdir()
+    np.save(src / "m.npy", np.random.default_rng(1).standard_normal((40, 30)).astype(np.float32))
+    cases = [("topk:ratio=0.1,values=(qsgd:bits=8)",
+              "qsgd:bits=8,group=128,rounding=(stochastic),scale=(max),scale_dtype=(fp32)"),
+             ("topk:ratio=0.1,values=(terngrad)",
+              "terngrad:clip=0e-400,packing=base3,rounding=stochastic,scale=tensor"),
+             ("topk:ratio=0.1,values=(terngrad)",
+              "terngrad:clip=" + str(Decimal(5e-324)) + ",packing=base3,rounding=stochastic,"
+              "scale=tensor")]
+    for i, (spec, values) in enumerate(cases):
+        data = encode_seed(tmp_path, src, spec, f"acc{i}").read_bytes()
+        path = tmp_path / f"accepted{i}.gcz"
+        path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0]["params"].update(values=values))(
+            data))
+        check_against_cpp(path, tmp_path)
+
+
+def test_gcz_writes_numbers_without_plus(tmp_path):
+    """FORMAT.md §5.3: numbers in a nested spec are written so that they read back exactly, never
+    with a '+' (which separates stages): gcz writes clip=1e20, not clip=(1e+20)."""
+    path = encode_seed(tmp_path, SAMPLES / "step_0000.safetensors",
+                       "topk:ratio=0.01,values=(terngrad:clip=1e20)", "plus")
+    data = path.read_bytes()
+    off, length, _ = _trailer(data)
+    values = T0(json.loads(data[off:off + length]))["codec"][0]["params"]["values"]
+    assert values.startswith("terngrad:clip=1e20,") and "+" not in values and "(" not in values
+    spec = gczread.make_spec(*gczread.parse_spec(values), True)
+    assert spec.params["clip"] == 1e20
+
+
+def test_codec_spec_is_written_as_gcz_writes_it(tmp_path):
+    """TensorInfo.codec_spec writes numbers as gcz does (shortest form that reads back, no '+':
+    1e20, 1e-05), so that it is a spec gcz takes back, and the one `gcz info` prints."""
+    src = SAMPLES / "step_0000.safetensors"
+    tail = ",packing=base3,rounding=stochastic,scale=tensor"
+    rules = {"embed.weight": ("terngrad:clip=1e20", "terngrad:clip=1e20" + tail),
+             "pos_embed.weight": ("terngrad:clip=0.01", "terngrad:clip=0.01" + tail),
+             "head.bias": ("terngrad:clip=1e-5+zstd:level=5",
+                           "terngrad:clip=1e-05" + tail + "+zstd:level=5"),
+             "head.weight": ("topk:ratio=0.5,values=(terngrad:clip=2.5)",
+                             "topk:ratio=0.5,values=(terngrad:clip=2.5" + tail + ")")}
+    args = [a for name, (spec, _) in rules.items() for a in ("--rule", f"{name}={spec}")]
+    path = encode_seed(tmp_path, src, "fp16", "spec", 0, *args)
+    listing = gcz("info", str(path)).stdout
+    with GczFile(path) as f:
+        for name, (spec, want) in rules.items():
+            info = f.info(name)
+            assert info.codec_spec == want, name
+            assert want in listing
+            again = encode_seed(tmp_path, src, info.codec_spec, "again_" + name.replace(".", "_"))
+            with GczFile(again) as g:  # gcz takes it back, and records the same chain
+                assert g.info(name).codec == info.codec
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1172,3 +1276,275 @@ def test_error_feedback_state_file(tmp_path):
                         assert np.array_equal(q, stored)
                 if spec.startswith("powersgd"):
                     assert any(n.startswith("state/") for n in f.tensors)
+
+
+# ------------------------------------------------------------------------------------------------
+# 9. hostile or extreme input: no hang, no error but GczFormatError, and the reader's own limits
+
+
+def _leb128(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((v & 0x7F) | (0x80 if v >> 7 else 0))
+        v >>= 7
+        if not v:
+            return bytes(out)
+
+
+def test_rules_are_those_of_format_md():
+    """RULES is FORMAT.md §6's table, in order, bad-stream-data included (gcz verify names it)."""
+    text = (REPO / "docs" / "FORMAT.md").read_text()
+    section = text.split("## 6.")[1].split("\n## ")[0]
+    rules = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert list(gczread.RULES) == rules
+    assert set(gczread.DECODE_RULES) <= set(gczread.RULES)
+    assert not set(gczread.LIMIT_RULES) & set(rules)
+    assert "has no §6 rule" not in gczread.__doc__
+
+
+def test_long_number_in_a_nested_spec_is_rejected_at_once(tmp_path, param_victims):
+    """A digit run followed by a letter used to make the number pattern backtrack quadratically
+    (a 20 KB file took 19 s to open)."""
+    t0 = time.monotonic()
+    assert gczread._NUMBER.fullmatch("1" * 20000 + "x") is None
+    assert time.monotonic() - t0 < 1.0
+    path = tmp_path / "long.gcz"
+    path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0]["params"].update(
+        values="terngrad:clip=" + "1" * 20000 + "x"))(param_victims["topk"]))
+    t0 = time.monotonic()
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert time.monotonic() - t0 < 2.0
+    assert ei.value.rule == "unknown-codec"
+    assert "unknown-codec:" in _cpp_decode_fails(path, tmp_path)
+    for spec in ("qsgd:bits=" + "9" * 5000, "randomk:k=" + "1" * 4400,  # Python's int() limit
+                 "terngrad:clip=" + "1" * 5000):
+        with pytest.raises(GczFormatError) as ei:
+            gczread.make_spec(*gczread.parse_spec(spec), True)
+        assert ei.value.rule == "unknown-codec" and "MAX_NUMBER_CHARS" in str(ei.value)
+
+
+def _nested(depth: int, inner: str = "fp32") -> str:
+    """A spec with `depth` value codecs nested in value codecs under a topk element codec."""
+    s = inner
+    for _ in range(depth - 1):
+        s = f"topk:ratio=0.5,values=({s})"
+    return f"topk:ratio=0.5,values=({s})"
+
+
+def test_nested_spec_parentheses_are_matched_once():
+    """Each level used to walk its whole parenthesised group again, character by character
+    (depth x length); now the parentheses of a spec string are matched once."""
+    spec = _nested(60, "qsgd:scale=(" + "m" * 400_000 + ")")
+    t0 = time.monotonic()
+    with pytest.raises(GczFormatError) as ei:
+        gczread.make_spec(*gczread.parse_spec(spec), True)
+    assert time.monotonic() - t0 < 1.5
+    assert ei.value.rule == "unknown-codec" and "must be one of max, l2" in str(ei.value)
+    spec = gczread.make_spec(*gczread.parse_spec(_nested(60, "qsgd:bits=4,scale=(l2)")), True)
+    names = [s.name for s in gczread.layout(spec, "float32", (1 << 20,))]
+    assert names[-1] == "values." * 60 + "scales" and len(names) == 62
+    for bad in ("topk:values=(topk:values=(fp16)", "topk:values=(topk:values=fp16))",
+                "topk:values=(topk:values=(fp16)))(", "topk:values=)(fp16("):
+        with pytest.raises(GczFormatError) as ei:
+            gczread.make_spec(*gczread.parse_spec(bad), True)
+        assert ei.value.rule == "unknown-codec"
+
+
+def test_value_codec_nesting_is_limited(tmp_path, param_victims):
+    """Value codecs nest at most MAX_SPEC_DEPTH deep; deeper is an invalid codec parameter
+    (unknown-codec), not a RecursionError."""
+    path = tmp_path / "deep.gcz"
+    path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0]["params"].update(
+        values=_nested(300)))(param_victims["topk"]))
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert ei.value.rule == "unknown-codec" and "MAX_SPEC_DEPTH" in str(ei.value)
+    limit = gczread.MAX_SPEC_DEPTH
+    ps, ms = gczread.parse_spec, gczread.make_spec
+    spec = ms(*ps(_nested(limit)), True)
+    names = [s.name for s in gczread.layout(spec, "float32", (1000,))]
+    assert names[-1] == "values." * limit + "values"
+    with pytest.raises(GczFormatError) as ei:
+        ms(*ps(_nested(limit + 1)), True)
+    assert ei.value.rule == "unknown-codec" and "MAX_SPEC_DEPTH" in str(ei.value)
+
+
+def test_numbers_beyond_float64_in_the_index(tmp_path, param_victims):
+    """gcz reads JSON numbers as float64 (or 64-bit integers): one beyond float64 anywhere in the
+    index is index-json for both readers (it was an OverflowError in gczread for a parameter)."""
+    big = str(2 ** 1024).encode()
+    cases = {"clip-2^1024": lambda b: b.replace(b'"clip":2.5', b'"clip":' + big),
+             "clip-1e400": lambda b: b.replace(b'"clip":2.5', b'"clip":1e400'),
+             "metrics-2^1024": lambda b: b.replace(b'"metrics":{',
+                                                   b'"metrics":{"x":-' + big + b","),
+             "future-key-1e400": lambda b: b.replace(b'"format"', b'"future":[1e400],"format"')}
+    for case, fn in cases.items():
+        path = tmp_path / f"{case}.gcz"
+        data = _raw_index(fn)(param_victims["terngrad"])
+        assert data != param_victims["terngrad"]
+        path.write_bytes(data)
+        with pytest.raises(GczFormatError) as ei:
+            GczFile(path)
+        assert ei.value.rule == "index-json", case
+        r = gcz("verify", str(path), check=False)
+        assert r.returncode != 0 and "index-json:" in r.stderr, (case, r.stderr)
+    # what gcz accepts: integers up to 2^64 - 1 and beyond (as float64), tiny numbers (as 0)
+    for v in (b"18446744073709551616", b"1e-400", big[:-2]):
+        path = tmp_path / "ok.gcz"
+        path.write_bytes(_raw_index(lambda b: b.replace(
+            b'"metrics":{', b'"metrics":{"x":' + v + b","))(param_victims["terngrad"]))
+        with GczFile(path) as f:
+            f.verify()
+        gcz("verify", str(path))
+    with pytest.raises(GczFormatError) as ei:  # make_spec on JSON values directly
+        gczread.make_spec("terngrad", {"clip": 2 ** 1024})
+    assert ei.value.rule == "unknown-codec"
+
+
+def _empty_victim(tmp: Path, spec: str, dtype: str) -> bytes:
+    d = tmp / f"empty_{dtype}_{len(list(tmp.iterdir()))}"
+    d.mkdir()
+    if dtype == "bfloat16":
+        write_safetensors(d / "t.safetensors", {"t": ("BF16", (0, 3), np.zeros((0, 3), np.uint16))})
+        return encode_seed(tmp, d / "t.safetensors", spec, "empty").read_bytes()
+    np.save(d / "t.npy", np.zeros((0, 3), dtype))
+    return encode_seed(tmp, d, spec, "empty").read_bytes()
+
+
+# (shape, dtype, numpy holds it) for empty tensors: the format allows any dimension below 2^64
+EMPTY_SHAPES = [
+    ([0, 2 ** 63], "float32", False),
+    ([0, 2 ** 64 - 1], "float32", False),
+    ([2 ** 32, 2 ** 32, 0], "float32", False),
+    ([0, 2 ** 63 - 1], "float32", False),  # 4 bytes x (2^63 - 1) is too many for numpy
+    ([0, 2 ** 61 - 1], "float32", True),
+    ([2 ** 20, 0, 2 ** 20], "float32", True),
+    ([0, 2 ** 62 - 1], "float16", True),
+    ([2 ** 61, 0], "bfloat16", True),  # as uint16; widened to float32: no (test below)
+]
+
+
+@pytest.mark.parametrize("spec", ["fp16", "topk:k=2", "qsgd:bits=4+zstd"])
+@pytest.mark.parametrize("shape,dtype,held", EMPTY_SHAPES, ids=[str(s[0]) for s in EMPTY_SHAPES])
+def test_empty_tensors_with_huge_dimensions(tmp_path, spec, shape, dtype, held):
+    path = tmp_path / "empty.gcz"
+    path.write_bytes(_edit_index(lambda j: T0(j).update(shape=shape))(
+        _empty_victim(tmp_path, spec, dtype)))
+    gcz("verify", str(path))  # valid: gcz reads it
+    with GczFile(path) as f:
+        assert f.info("t").shape == tuple(shape) and f.info("t").numel == 0
+        assert f.verify()["tensors"] == 1
+        if held:
+            a = f.read("t")
+            assert a.shape == tuple(shape) and a.size == 0
+            assert f.read_bits("t").shape == tuple(shape)
+        else:
+            for read in (f.read, f.read_bits):
+                with pytest.raises(GczFormatError) as ei:
+                    read("t")
+                assert ei.value.rule == "reader-limit" and ei.value.tensor == "t"
+                assert f"numpy cannot hold the shape {shape}" in str(ei.value)
+        if dtype == "bfloat16":  # 2^61 float32 elements: 2^63 bytes, one too many
+            assert f.read("t").shape == tuple(shape)
+            with pytest.raises(GczFormatError) as ei:
+                f.read("t", widen=True)
+            assert ei.value.rule == "reader-limit"
+
+
+def _huge_topk(tmp: Path) -> bytes:
+    """Top-K k=1 of a [2^40] tensor: a valid file of a few hundred bytes whose decoded tensor takes
+    4 TiB."""
+    def edit(j, blobs):
+        t = j["tensors"][0]
+        t["shape"] = [1 << 40]
+        new = b"\x00" + _leb128(1 << 40)  # the last index
+        t["streams"][0].update(encoding="raw", size=len(new))
+        blobs[(0, 0)] = new
+    return _relayout(edit)(_victim(tmp, np.arange(10.0), "topk:k=1"))
+
+
+def _huge_powersgd(tmp: Path) -> bytes:
+    """PowerSGD rank 1 of a [2^24, 2^24] tensor: 64 MiB factors, zstd-compressed into a few KB."""
+    u = np.linspace(0, 3, 64)
+    frame = zstandard.ZstdCompressor().compress(bytes(1 << 26))
+
+    def edit(j, blobs):
+        t = j["tensors"][0]
+        t["shape"] = [1 << 24, 1 << 24]
+        for si, s in enumerate(t["streams"]):
+            s.update(encoding="zstd", size=1 << 26)
+            blobs[(0, si)] = frame
+    return _relayout(edit)(_victim(tmp, np.outer(u, u[:48]), "powersgd:rank=1+zstd"))
+
+
+@pytest.mark.parametrize("make,nbytes", [(_huge_topk, 4 << 40), (_huge_powersgd, 4 << 48)],
+                         ids=["topk-2^40", "powersgd-2^24x2^24"])
+def test_tensor_too_large_for_memory(tmp_path, monkeypatch, make, nbytes):
+    """A tiny valid file can claim a tensor far larger than memory: decoding it is a GczFormatError
+    (rule reader-limit) naming the tensor and the bytes, checked before allocating."""
+    monkeypatch.setattr(gczread, "MAX_DECODE_BYTES", 1 << 30, raising=False)
+    path = tmp_path / "huge.gcz"
+    path.write_bytes(make(tmp_path))
+    with GczFile(path) as f:
+        assert f.file_size < 64 * 1024
+        for run in (lambda: f.read("t"), lambda: f.read_bits("t"), f.verify):
+            with pytest.raises(GczFormatError) as ei:
+                run()
+            assert ei.value.rule == "reader-limit" and ei.value.tensor == "t"
+            assert f"{nbytes} bytes" in str(ei.value)
+
+
+def test_out_of_memory_while_decoding(tmp_path, monkeypatch):
+    """Running out of memory in a decoder is a GczFormatError naming the tensor and its bytes."""
+    def no_memory(*args):
+        raise MemoryError("Unable to allocate")
+    monkeypatch.setattr(gczread, "MAX_DECODE_BYTES", None, raising=False)
+    monkeypatch.setattr(gczread, "_scatter", no_memory)
+    path = tmp_path / "topk.gcz"
+    path.write_bytes(_victim(tmp_path, np.arange(10.0), "topk:k=1"))
+    with GczFile(path) as f:
+        with pytest.raises(GczFormatError) as ei:
+            f.read("t")
+    assert ei.value.rule == "reader-limit" and ei.value.tensor == "t"
+    assert "out of memory" in str(ei.value) and "40 bytes" in str(ei.value)
+
+
+def test_command_line_cannot_open(tmp_path):
+    """A missing or unreadable file is one line on stderr, exit status 1, no traceback."""
+    for path in (tmp_path / "missing.gcz", tmp_path):
+        r = subprocess.run([sys.executable, str(REPO / "samples" / "python" / "gczread.py"),
+                            str(path)], capture_output=True, text=True)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.startswith("gczread: error: ") and r.stderr.count("\n") == 1, r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_powersgd_nan_factors(tmp_path):
+    """PowerSGD with NaN factors (a hand-made file): the same elements are NaN as in gcz decode and
+    every other element has gcz's bits; the NaN payloads may differ where two NaNs meet (the
+    module docstring says so)."""
+    u = np.linspace(0, 3, 64)
+    data = _victim(tmp_path, np.outer(np.sin(u), np.cos(u[:48])) + 0.3 * np.outer(u, u[:48] ** 2),
+                   "powersgd:rank=2")
+
+    def edit(j, blobs):
+        names = [s["name"] for s in j["tensors"][0]["streams"]]
+        ip, iq = names.index("p.values"), names.index("q.values")
+        P = np.frombuffer(blobs[(0, ip)], "<u4").reshape(64, 2).copy()
+        Q = np.frombuffer(blobs[(0, iq)], "<u4").reshape(48, 2).copy()
+        P[3] = [0x7FC00001, 0xFFC00002]     # NaNs with payloads, signs
+        Q[5] = [0x7FC00003, 0x7FA00004]     # and a signalling NaN
+        P[7, 1], Q[9, 0] = 0x7F800000, 0xFFC00005
+        blobs[(0, ip)], blobs[(0, iq)] = P.tobytes(), Q.tobytes()
+    path = tmp_path / "nan.gcz"
+    path.write_bytes(_relayout(edit)(data))
+    gcz("decode", str(path), "-o", str(tmp_path / "nan.safetensors"))
+    cpp = np.frombuffer(read_safetensors(tmp_path / "nan.safetensors")["t"][2], "<u4")
+    with GczFile(path) as f:
+        mine = f.read_bits("t").reshape(-1)
+    nan = is_nan_bits(cpp, "float32")
+    assert nan.sum() > 100 and np.array_equal(nan, is_nan_bits(mine, "float32"))
+    assert np.array_equal(mine[~nan], cpp[~nan])
+    claim = gczread.__doc__.split("Dependencies")[0]
+    assert "NaN factors" in claim and "not a NaN is exactly" in claim
