@@ -1,5 +1,7 @@
 // gcz eval: encode and decode in memory, report, write nothing. With --steps, the inputs are
 // consecutive training steps and error feedback can be carried across them.
+#include <algorithm>
+#include <filesystem>
 #include <memory>
 
 #include "commands.h"
@@ -23,17 +25,24 @@ RunFn add_eval_command(CLI::App& app) {
                 "The inputs are consecutive training steps (same tensor names): report each step, and how far "
                 "the sum of decoded steps drifts from the sum of true gradients (sum_rel_l2)");
   cmd->add_flag("--ef", a->ef, "With --steps: carry error feedback (residuals, PowerSGD's Q) from step to step");
-  cmd->add_option("--ef-state", a->ef_state, "With --steps --ef: start from the residuals in this state file (not written)");
+  cmd->add_option("--ef-state", a->ef_state,
+                  "With --steps --ef: start from the residuals (and step count) in this state file, which must "
+                  "exist; it is not written");
   cmd->footer(
       "Examples:\n"
       "  gcz eval grads.safetensors -c fp16\n"
       "  gcz eval grads.safetensors -c bf16 --rule 'embed.*=fp16' --csv > bf16.csv\n"
-      "  gcz eval --steps step_*.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close");
+      "  gcz eval --steps step_*.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close\n"
+      "With --steps, step s (from 0) draws its random numbers with --seed plus s (plus the steps that an\n"
+      "--ef-state has seen), as a chain of gcz encode --ef-state runs does.");
   return [a]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
     if ((a->ef || !a->ef_state.empty()) && !a->steps) {
       return report_error(invalid_argument("--ef and --ef-state need --steps (for one file, use gcz encode --ef-state)"));
+    }
+    if (!a->ef_state.empty() && !a->ef) {
+      return report_error(invalid_argument("--ef-state needs --ef: its residuals are only used to feed back"));
     }
     ProgressLine progress("evaluating");
     options->progress = progress.callback();
@@ -45,8 +54,18 @@ RunFn add_eval_command(CLI::App& app) {
       print_warnings(*report);
       return static_cast<int>(kExitOk);
     }
+    // Every step's input is opened before the first step runs: a missing or unreadable file should
+    // not cost the steps before it.
+    for (const std::string& input : a->encode.inputs) {
+      if (auto reader = open_tensor_file(input, options->read); !reader) return report_error(reader.status());
+    }
     ErrorFeedback ef;
     if (!a->ef_state.empty()) {
+      std::error_code ec;
+      if (!std::filesystem::exists(a->ef_state, ec)) {
+        return report_error(
+            io_error("--ef-state " + a->ef_state + ": no such file (gcz eval reads a state and never writes one)"));
+      }
       auto loaded = ErrorFeedback::load(a->ef_state);
       if (!loaded) return report_error(loaded.status());
       ef = std::move(*loaded);
@@ -55,13 +74,23 @@ RunFn add_eval_command(CLI::App& app) {
     ef.set_track_sums(true);
     options->error_feedback = &ef;
     std::vector<StepReport> steps;
+    std::vector<std::string> unmatched;  // rules that matched no tensor in any step
     for (const std::string& input : a->encode.inputs) {
       auto report = encode_files({input}, "", *options);
       progress.clear();
       if (!report) return report_error(report.status());
-      print_warnings(*report);
+      print_warnings(*report, /*unmatched_rules=*/false);
+      if (steps.empty()) {
+        unmatched = report->unmatched_rules;
+      } else {
+        std::erase_if(unmatched, [&](const std::string& r) {
+          return std::find(report->unmatched_rules.begin(), report->unmatched_rules.end(), r) ==
+                 report->unmatched_rules.end();
+        });
+      }
       steps.push_back({input, std::move(*report)});
     }
+    print_unmatched_rules(unmatched);
     if (!a->encode.quiet) print_steps(stdout, steps, a->encode.report_format, a->ef);
     return static_cast<int>(kExitOk);
   };

@@ -13,11 +13,12 @@ namespace {
 
 void print_table(const GczReader& r) {
   const FileIndex& idx = r.index();
-  std::printf("file      %s\n", r.path().c_str());
-  std::printf("format    gcz %u.%u, written by %s\n", kFormatVersionMajor, idx.version_minor, idx.producer.c_str());
+  std::printf("file      %s\n", printable(r.path()).c_str());
+  std::printf("format    gcz %u.%u, written by %s\n", kFormatVersionMajor, idx.version_minor,
+              printable(idx.producer).c_str());
   std::printf("size      %s (%llu bytes), %zu tensors\n", human_bytes(r.file_size()).c_str(),
               static_cast<unsigned long long>(r.file_size()), idx.tensors.size());
-  for (const auto& [k, v] : idx.metadata) std::printf("metadata  %s=%s\n", k.c_str(), v.c_str());
+  for (const auto& [k, v] : idx.metadata) std::printf("metadata  %s=%s\n", printable(k).c_str(), printable(v).c_str());
   std::vector<std::vector<std::string>> rows = {{"tensor", "dtype", "shape", "codec", "streams", "stored", "ratio"}};
   for (const TensorRecord& t : idx.tensors) {
     uint64_t stored = 0;
@@ -30,8 +31,8 @@ void print_table(const GczReader& r) {
     const double in = static_cast<double>(*t.info.byte_size());
     if (stored) std::snprintf(ratio, sizeof ratio, "%.2f", in / static_cast<double>(stored));
     else std::snprintf(ratio, sizeof ratio, "-");
-    rows.push_back({t.info.name, std::string(dtype_name(t.info.dtype)), shape_to_string(t.info.shape),
-                    chain_to_string(t.chain), streams, human_bytes(stored), ratio});
+    rows.push_back({printable(t.info.name), std::string(dtype_name(t.info.dtype)), shape_to_string(t.info.shape),
+                    printable(chain_to_string(t.chain)), printable(streams), human_bytes(stored), ratio});
   }
   std::vector<std::size_t> w(rows[0].size(), 0);
   for (const auto& row : rows) {

@@ -23,8 +23,24 @@ int exit_code_for(StatusCode code) {
   return kExitInternal;
 }
 
+std::string printable(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b != 0x7f) {
+      out += c;
+    } else {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", b);
+      out += esc;
+    }
+  }
+  return out;
+}
+
 int report_error(const Status& status) {
-  std::fprintf(stderr, "gcz: error: %s\n", status.message().c_str());
+  std::fprintf(stderr, "gcz: error: %s\n", printable(status.message()).c_str());
   return exit_code_for(status.code());
 }
 
@@ -70,6 +86,19 @@ Result<DeviceRequest> parse_device(const std::string& text) {
   return *d;
 }
 
+namespace {
+
+// A whole number in 0..2^64-1, as typed: CLI11's own conversion would wrap "-1" and saturate "1e23".
+const CLI::Validator kWholeNumber(
+    [](std::string& v) -> std::string {
+      const bool digits = !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
+      if (digits && (v.size() < 20 || v <= "18446744073709551615")) return {};
+      return "'" + v + "' is not a whole number in 0..18446744073709551615";
+    },
+    "UINT");
+
+}  // namespace
+
 void add_encode_options(CLI::App& app, EncodeArgs& a) {
   std::string codecs;
   for (const auto& n : codec_names()) codecs += (codecs.empty() ? "" : ", ") + n;
@@ -87,14 +116,19 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
       ->allow_extra_args(false);  // one GLOB=SPEC each time: an input after it stays an input
   app.add_option("--min-numel", a.min_numel,
                  "Store tensors with fewer elements than N losslessly (codec none). Example: --min-numel 4096")
+      ->check(kWholeNumber)
       ->capture_default_str();
   app.add_option("--device", a.device, "Where codecs run: cpu, cuda or auto (CUDA when a GPU is usable)")
       ->capture_default_str();
-  app.add_option("--seed", a.seed, "Seed for codecs that draw random numbers (recorded in the file)")
+  app.add_option("--seed", a.seed,
+                 "Seed for codecs that draw random numbers (recorded in the file); with --ef-state, step s of the "
+                 "state uses SEED + s")
+      ->check(kWholeNumber)
       ->capture_default_str();
   app.add_option("--threads", a.threads,
-                 "CPU threads (element-wise codecs, tensor-scale terngrad, error measurement); 0 = one per core. "
-                 "The output is the same for any count")
+                 "CPU threads (element-wise codecs, tensor-scale terngrad, error measurement), 0.." +
+                     std::to_string(kMaxThreads) + "; 0 = one per core. The output is the same for any count")
+      ->check(kWholeNumber)
       ->capture_default_str();
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
   app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");
@@ -116,6 +150,9 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
   o.min_numel = a.min_numel;
   GCZ_ASSIGN_OR_RETURN(o.device, parse_device(a.device));
   o.seed = a.seed;
+  if (a.threads > kMaxThreads) {
+    return invalid_argument("--threads " + std::to_string(a.threads) + ": expected 0.." + std::to_string(kMaxThreads));
+  }
   o.threads = a.threads;
   if (!a.raw_dtype.empty()) {
     auto dt = parse_dtype(a.raw_dtype);

@@ -24,6 +24,9 @@ enum ExitCode : int {
 };
 
 int exit_code_for(StatusCode code);
+// `text` with control characters (bytes below 0x20, and 0x7f) written as \xNN: names from a file
+// cannot break a line of output or drive the terminal.
+std::string printable(const std::string& text);
 // Prints "gcz: error: MESSAGE" on stderr and returns the exit code for the status.
 int report_error(const Status& status);
 

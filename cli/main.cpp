@@ -1,14 +1,77 @@
 // gcz — encode gradient dumps into .gcz files with the codecs of distributed training, and report what
 // the compression costs and loses. This file only dispatches to the subcommands (cli/cmd_*.cpp).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <exception>
 #include <map>
+#include <new>
+#include <string>
+#include <thread>
 
 #include "commands.h"
 #include "common.h"
 #include "gcz/backend.h"
+#include "gcz/pipeline.h"
+
+namespace {
+
+// On SIGINT, SIGTERM or SIGHUP (unless ignored, as under nohup) a handler, in whichever thread the
+// signal lands (BLAS starts threads of its own), writes the signal to a pipe; a thread waiting on it
+// removes the temporary files of unfinished outputs, then lets the signal end the process as usual.
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  const ssize_t ignored = ::write(g_stop_pipe[1], &b, 1);
+  (void)ignored;
+}
+
+void stop_cleanly_on_signals() {
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) return;
+  std::thread([] {
+    unsigned char b = 0;
+    ssize_t n;
+    while ((n = ::read(g_stop_pipe[0], &b, 1)) < 0 && errno == EINTR) {
+    }
+    if (n != 1) return;
+    gcz::remove_unfinished_outputs();
+    std::signal(b, SIG_DFL);
+    std::raise(b);
+  }).detach();
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+    struct sigaction act {};
+    act.sa_handler = on_stop_signal;
+    sigemptyset(&act.sa_mask);
+    act.sa_flags = SA_RESTART;
+    ::sigaction(sig, &act, nullptr);
+  }
+}
+
+// A command-line error as one line: "gcz: error: WHAT (see 'gcz [COMMAND] --help')".
+int usage_error(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+  std::string command = "gcz";
+  for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+  std::string what = e.what();
+  if (command == "gcz" && argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+    what = "unknown command '" + std::string(argv[1]) + "' (commands: " + names + ")";
+  }
+  std::fprintf(stderr, "gcz: error: %s (see '%s --help')\n", what.c_str(), command.c_str());
+  return gcz::cli::kExitUsage;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace gcz::cli;
+  stop_cleanly_on_signals();
   CLI::App app{"gcz: compress gradient tensors with the codecs of distributed training (fp16/bf16, QSGD, TernGrad,\n"
                "Top-K, Random-K, PowerSGD, hybrids, error feedback) into .gcz files, and report the compression\n"
                "ratio and the reconstruction error.",
@@ -40,11 +103,22 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
+    if (e.get_exit_code() != 0) return usage_error(app, argc, argv, e);
+    app.exit(e);  // --help, --version
+    return kExitOk;
   }
   for (const auto& [sub, run] : runs) {
-    if (sub->parsed()) return run();
+    if (!sub->parsed()) continue;
+    // The library reports failures as Status; an exception here is a bug or the machine's limit.
+    // Either way: one line, and the unfinished outputs go (their destructors ran on the way here).
+    try {
+      return run();
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "gcz: error: out of memory\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gcz: error: internal error: %s\n", e.what());
+    }
+    return kExitInternal;
   }
   return kExitUsage;
 }

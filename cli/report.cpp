@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common.h"
+
 namespace gcz::cli {
 namespace {
 
@@ -68,6 +70,7 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
   std::vector<std::vector<std::string>> table = {head};
   for (const Row& r : rows) {
     table.push_back(cells(r));
+    for (std::string& cell : table.back()) cell = printable(cell);
     if (!cumulative) table.back().pop_back();
   }
   std::vector<std::size_t> width(head.size(), 0);
@@ -94,7 +97,7 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
 }
 
 std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
@@ -145,7 +148,11 @@ json report_json(const EncodeReport& report) {
   for (const SkippedTensor& s : report.skipped) skipped.push_back({{"name", s.name}, {"reason", s.reason}});
   json total = metrics_json(report.total);
   if (report.cumulative) total["sum_rel_l2"] = num(report.cumulative->rel_l2());
-  return {{"backend", backend_name(report.backend)}, {"tensors", tensors}, {"total", total}, {"skipped", skipped}};
+  return {{"backend", backend_name(report.backend)},
+          {"seed", report.seed},
+          {"tensors", tensors},
+          {"total", total},
+          {"skipped", skipped}};
 }
 
 }  // namespace
@@ -195,7 +202,7 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
   std::vector<std::vector<std::string>> summary = {{"step", "file", "ratio", "rel_l2", "cosine", "norm_ratio", "sum_rel_l2"}};
   for (std::size_t k = 0; k < steps.size(); ++k) {
     const EncodeReport& r = steps[k].report;
-    std::fprintf(out, "== step %zu/%zu: %s\n", k + 1, steps.size(), steps[k].file.c_str());
+    std::fprintf(out, "== step %zu/%zu: %s\n", k + 1, steps.size(), printable(steps[k].file).c_str());
     print_table(out, rows_of(r));
     std::fprintf(out, "\n");
     summary.push_back({std::to_string(k), steps[k].file, fmt("%.2f", r.total.ratio), fmt("%.3e", r.total.rel_l2),
@@ -219,20 +226,35 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
   }
 }
 
-void print_warnings(const EncodeReport& report) {
+void print_warnings(const EncodeReport& report, bool unmatched_rules) {
   for (const TensorReport& t : report.tensors) {
     const Metrics& m = t.metrics;
+    const std::string name = printable(t.name);
     if (m.nonfinite > 0) {
-      std::fprintf(stderr, "gcz: warning: tensor '%s': %llu non-finite values (NaN/Inf) in the input, left out of "
-                           "the error metrics\n", t.name.c_str(), static_cast<unsigned long long>(m.nonfinite));
+      std::fprintf(stderr,
+                   "gcz: warning: tensor '%s': %llu non-finite values (NaN/Inf) in the input, left out of "
+                   "the error metrics\n",
+                   name.c_str(), static_cast<unsigned long long>(m.nonfinite));
     }
     if (m.norm_ratio < kNormRatioWarning) {
-      std::fprintf(stderr, "gcz: warning: tensor '%s': norm ratio %.3f is below %.1f: the codec shrinks this "
-                           "gradient (over-compression?)\n", t.name.c_str(), m.norm_ratio, kNormRatioWarning);
+      std::fprintf(stderr,
+                   "gcz: warning: tensor '%s': norm ratio %.3f is below %.1f: the codec shrinks this "
+                   "gradient (over-compression?)\n",
+                   name.c_str(), m.norm_ratio, kNormRatioWarning);
     }
   }
   for (const SkippedTensor& s : report.skipped) {
-    std::fprintf(stderr, "gcz: note: skipped %s: %s\n", s.name.c_str(), s.reason.c_str());
+    std::fprintf(stderr, "gcz: note: skipped %s: %s\n", printable(s.name).c_str(), printable(s.reason).c_str());
+  }
+  if (unmatched_rules) print_unmatched_rules(report.unmatched_rules);
+}
+
+void print_unmatched_rules(const std::vector<std::string>& rules) {
+  for (const std::string& r : rules) {
+    std::fprintf(stderr,
+                 "gcz: warning: --rule '%s' matched no tensor (gcz eval lists the names; in a "
+                 "directory they start with the file's relative path)\n",
+                 printable(r).c_str());
   }
 }
 

@@ -19,8 +19,11 @@ struct StepReport {
 // Every step's per-tensor report, then a summary line per step (table); one JSON document; or one CSV
 // with `step` and `file` columns first.
 void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback);
-// Norm-ratio, non-finite and skipped-tensor notes, on stderr.
-void print_warnings(const EncodeReport& report);
+// Norm-ratio, non-finite and skipped-tensor notes, and (unless told not to) the rules that matched no
+// tensor, on stderr.
+void print_warnings(const EncodeReport& report, bool unmatched_rules = true);
+// "gcz: warning: --rule 'GLOB=SPEC' matched no tensor", for each.
+void print_unmatched_rules(const std::vector<std::string>& rules);
 // "1.5 MiB"
 std::string human_bytes(uint64_t bytes);
 

@@ -1,6 +1,7 @@
 #include "gcz/codec_spec.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <zstd.h>
 
@@ -165,8 +166,23 @@ Result<EncodingPlan> parse_encoding_plan(std::string_view text) {
 
 Result<EncodingPlan> check_encoding_plan(std::string_view text) {
   GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, parse_encoding_plan(text));
+  const std::string where = "codec spec '" + std::string(text) + "': ";
   auto codec = make_codec(plan.codec.name, plan.codec.params, Backend::kCpu);
-  if (!codec) return invalid_argument("codec spec '" + std::string(text) + "': " + codec.status().message());
+  if (!codec) return invalid_argument(where + codec.status().message());
+  // A codec can take its parameters and still refuse every tensor it would meet: Top-K hands its
+  // kept values, a vector, to its value codec, and `topk:values=(powersgd)` fails on every tensor.
+  // One small tensor encoded now says so before any work.
+  const TensorInfo probe{"probe", DType::kFloat32, {16, 16}};
+  std::vector<float> values(256);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * static_cast<float>(i) + 0.5f);
+  GCZ_ASSIGN_OR_RETURN(StageSpec stage, stage_for_tensor(probe, plan.codec));
+  auto made = make_codec(stage.name, stage.params, Backend::kCpu);
+  if (!made) return invalid_argument(where + made.status().message());
+  (*made)->set_context({0, tensor_key(probe.name)});
+  std::vector<ByteBuffer> out((*made)->stream_names(probe).size());
+  if (Status s = (*made)->encode(probe, values.data(), 0, values.size(), out); !s) {
+    return invalid_argument(where + "a 16x16 float32 tensor is refused: " + s.message());
+  }
   return plan;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "gcz/container.h"
+#include "file_util.h"
 #include "gcz/pipeline.h"
 #include "scratch_buffer.h"
 
@@ -49,6 +50,13 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
   const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1)
                                    : std::max(unit, (uint64_t{1} << 24) / unit * unit);
   const std::size_t esize = dtype_size(t.dtype);
+  // A whole-tensor codec decodes the tensor at once: a file can claim more than the machine holds.
+  const uint64_t at_once = std::min(chunk, numel) * esize, memory = detail::physical_memory_bytes();
+  if (memory > 0 && at_once > memory) {
+    return unsupported(where + ": its codec " + rec.chain[0].name + " decodes the tensor whole, in " +
+                       std::to_string(at_once) + " bytes of memory, more than this machine has (" +
+                       std::to_string(memory) + ")");
+  }
   detail::ScratchBuffer xhat;
   xhat.resize(std::min(chunk, numel) * esize);
   std::vector<detail::ScratchBuffer> in(rec.streams.size());
@@ -107,6 +115,11 @@ Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, Dev
   if (index >= reader.index().tensors.size()) return invalid_argument("no tensor " + std::to_string(index));
   GCZ_ASSIGN_OR_RETURN(Backend backend, resolve_backend(device));
   GCZ_ASSIGN_OR_RETURN(uint64_t bytes, reader.index().tensors[index].info.byte_size());
+  if (const uint64_t memory = detail::physical_memory_bytes(); memory > 0 && bytes > memory) {
+    return unsupported(reader.path() + ": tensor '" + reader.index().tensors[index].info.name +
+                       "': " + std::to_string(bytes) + " bytes decoded, more than this machine's memory (" +
+                       std::to_string(memory) + ")");
+  }
   ByteBuffer out;
   out.reserve(bytes);
   auto sink = [&](const std::byte* data, uint64_t count) {

@@ -2,6 +2,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -14,17 +15,21 @@
 namespace gcz {
 namespace {
 
-// The codec plan for one tensor: the first matching rule, else the default; small tensors are stored
-// losslessly.
+// The codec plan for one tensor: the first matching rule (marked in `matched`), else the default;
+// small tensors are stored losslessly.
 Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeOptions& o,
-                              const EncodingPlan& default_plan) {
+                              const EncodingPlan& default_plan, std::vector<bool>& matched) {
+  const CodecRule* rule = nullptr;
+  for (std::size_t i = 0; i < o.rules.size() && !rule; ++i) {
+    if (fnmatch(o.rules[i].glob.c_str(), t.name.c_str(), 0) == 0) {
+      rule = &o.rules[i];
+      matched[i] = true;
+    }
+  }
   if (numel < o.min_numel) return parse_encoding_plan("none");
   EncodingPlan plan = default_plan;
-  for (const CodecRule& r : o.rules) {
-    if (fnmatch(r.glob.c_str(), t.name.c_str(), 0) == 0) {
-      GCZ_ASSIGN_OR_RETURN(plan, parse_encoding_plan(r.spec));
-      break;
-    }
+  if (rule) {
+    GCZ_ASSIGN_OR_RETURN(plan, parse_encoding_plan(rule->spec));
   }
   // The codec's own per-tensor choice (e.g. PowerSGD's fallback for 1-D tensors); zstd stays.
   auto stage = stage_for_tensor(t, plan.codec);
@@ -49,6 +54,10 @@ Result<CodecRule> parse_codec_rule(const std::string& text) {
 Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const std::string& output,
                                   const EncodeOptions& options) {
   if (inputs.empty()) return invalid_argument("no input files");
+  if (options.threads > kMaxThreads) {
+    return invalid_argument("threads must be 0.." + std::to_string(kMaxThreads) + ", got " +
+                            std::to_string(options.threads));
+  }
   // Check every codec spec once before any work: a typo should fail at once, not after an hour. A
   // codec the user names that does not exist is a usage error here (in a file it is kUnsupported).
   GCZ_ASSIGN_OR_RETURN(EncodingPlan default_plan, check_encoding_plan(options.spec));
@@ -64,6 +73,10 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   std::map<std::string, std::string> seen;  // name -> file
   uint64_t bytes_total = 0;
   for (const std::string& path : inputs) {
+    std::error_code ec;
+    if (!output.empty() && std::filesystem::equivalent(path, output, ec)) {
+      return invalid_argument(output + ": the output is also an input; write it elsewhere");
+    }
     GCZ_ASSIGN_OR_RETURN(auto reader, open_tensor_file(path, options.read));
     for (std::size_t i = 0; i < reader->tensors().size(); ++i) {
       const TensorInfo& t = reader->tensors()[i];
@@ -78,20 +91,42 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
     for (const SkippedTensor& s : reader->skipped()) report.skipped.push_back({path + ": " + s.name, s.reason});
     readers.push_back(std::move(reader));
   }
+  if (tensor_count == 0) {
+    // Nothing to encode is a mistake (an empty directory, a dump of integers), as for one .npy of them.
+    const std::string where = inputs.size() == 1 ? inputs[0] : std::to_string(inputs.size()) + " inputs";
+    std::string why;
+    if (!report.skipped.empty()) {
+      std::string name = report.skipped[0].name;
+      if (name.rfind(where + ": ", 0) == 0) name.erase(0, where.size() + 2);
+      why = " (skipped: " + name + ", " + report.skipped[0].reason +
+            (report.skipped.size() > 1 ? "; and " + std::to_string(report.skipped.size() - 1) + " more)" : ")");
+    }
+    return unsupported(where + ": no floating-point tensor to encode" + why);
+  }
 
   GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(output));
   const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  detail::TensorEncoder encoder(*writer, report.backend, options.seed, options.chunk_elements, threads);
+  // With error feedback each step draws afresh: step s of the state uses seed + s (Random-K keeps
+  // other indices, the quantizers' roundings are independent from step to step).
+  report.seed = options.seed + (options.error_feedback ? options.error_feedback->steps() : 0);
+  detail::TensorEncoder encoder(*writer, report.backend, report.seed, options.chunk_elements, threads);
+  std::vector<bool> matched(options.rules.size(), false);
   std::optional<CumulativeError> cumulative;
   Progress progress{0, tensor_count, 0, bytes_total, nullptr};
   std::size_t k = 0;
   uint64_t bytes_in = 0;
-  for (auto& reader : readers) {
-    for (std::size_t i = 0; i < reader->tensors().size(); ++i, ++k) {
-      const TensorInfo& t = reader->tensors()[i];
-      GCZ_ASSIGN_OR_RETURN(auto src, reader->open(i));
+  // A failure names its input file (a reader's own errors already start with it).
+  auto in_file = [&](const Status& s, const std::string& path) {
+    return s.message().rfind(path + ": ", 0) == 0 ? s : s.with_context(path);
+  };
+  for (std::size_t r = 0; r < readers.size(); ++r) {
+    TensorFileReader& reader = *readers[r];
+    for (std::size_t i = 0; i < reader.tensors().size(); ++i, ++k) {
+      const TensorInfo& t = reader.tensors()[i];
+      GCZ_ASSIGN_OR_RETURN(auto src, reader.open(i));
       GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
-      GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, plan_for(t, numel, options, default_plan));
+      auto plan = plan_for(t, numel, options, default_plan, matched);
+      if (!plan) return in_file(plan.status(), inputs[r]);
       progress.tensor = k;
       progress.name = &t.name;
       auto on_progress = [&](uint64_t done) {
@@ -99,9 +134,9 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
         if (options.progress) options.progress(progress);
       };
       auto tr = options.error_feedback
-                    ? detail::encode_with_feedback(encoder, *src, plan, *options.error_feedback, on_progress)
-                    : encoder.encode(*src, plan, on_progress);
-      if (!tr) return tr.status();
+                    ? detail::encode_with_feedback(encoder, *src, *plan, *options.error_feedback, on_progress)
+                    : encoder.encode(*src, *plan, on_progress);
+      if (!tr) return in_file(tr.status(), inputs[r]);
       bytes_in += tr->metrics.bytes_in;
       if (tr->cumulative) {
         if (!cumulative) cumulative.emplace();
@@ -114,6 +149,10 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(options.metadata));
   report.total = encoder.total().finish(bytes_in, file_bytes);
   report.cumulative = cumulative;
+  for (std::size_t i = 0; i < options.rules.size(); ++i) {
+    if (!matched[i]) report.unmatched_rules.push_back(options.rules[i].glob + "=" + options.rules[i].spec);
+  }
+  if (options.error_feedback) options.error_feedback->count_step();
   return report;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "error_feedback_step.h"
+#include "gcz/codec_spec.h"
 #include "gcz/convert.h"
 
 namespace gcz {
@@ -15,6 +16,7 @@ namespace {
 constexpr const char* kResidualPrefix = "residual/";
 constexpr const char* kStatePrefix = "state/";
 constexpr const char* kMetaKey = "gcz.error_feedback";
+constexpr const char* kStepsKey = "gcz.ef_steps";
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -33,6 +35,18 @@ void axpy(const std::byte* a, const std::byte* b, double sign, std::byte* out, u
 void add_scaled(DType w, const std::byte* a, const std::byte* b, double sign, std::byte* out, uint64_t n) {
   if (w == DType::kFloat64) axpy<double>(a, b, sign, out, n);
   else axpy<float>(a, b, sign, out, n);
+}
+
+// out[i] = a[i] − b[i] where that is finite, else 0.
+template <class T>
+void finite_difference(const std::byte* a, const std::byte* b, std::byte* out, uint64_t n) {
+  const T* pa = reinterpret_cast<const T*>(a);
+  const T* pb = reinterpret_cast<const T*>(b);
+  T* po = reinterpret_cast<T*>(out);
+  for (uint64_t i = 0; i < n; ++i) {
+    const T d = pa[i] - pb[i];
+    po[i] = std::isfinite(d) ? d : T(0);
+  }
 }
 
 }  // namespace
@@ -60,6 +74,13 @@ Result<ErrorFeedback> ErrorFeedback::load(const std::string& path) {
     return invalid_argument(path + ": not an error-feedback state file (no metadata " + kMetaKey +
                             "=1; such files are written by gcz encode --ef-state)");
   }
+  if (auto steps = index.metadata.find(kStepsKey); steps != index.metadata.end()) {
+    const std::string& v = steps->second;
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) {
+      return format_error(path + ": metadata " + kStepsKey + " is '" + v + "', not a step count");
+    }
+    ef.steps_ = std::stoull(v);
+  }
   for (std::size_t i = 0; i < index.tensors.size(); ++i) {
     const TensorInfo& t = index.tensors[i].info;
     GCZ_ASSIGN_OR_RETURN(ByteBuffer data, decode_tensor(*reader, i));
@@ -84,15 +105,21 @@ Result<ErrorFeedback> ErrorFeedback::load(const std::string& path) {
 }
 
 Status ErrorFeedback::save(const std::string& path, const std::string& residual_spec) const {
-  GCZ_ASSIGN_OR_RETURN(EncodingPlan residual_plan, parse_encoding_plan(residual_spec));
+  GCZ_ASSIGN_OR_RETURN(EncodingPlan residual_plan, check_encoding_plan(residual_spec));
   GCZ_ASSIGN_OR_RETURN(EncodingPlan lossless, parse_encoding_plan("none"));
   GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(path));
   detail::TensorEncoder encoder(*writer, Backend::kCpu, /*seed=*/0, uint64_t{1} << 24);
   auto none = [](uint64_t) {};
   for (const auto& [name, e] : entries_) {
     if (!e.residual.empty() || !e.shape.empty()) {
-      detail::MemorySource src({kResidualPrefix + name, e.dtype, e.shape}, e.residual.data());
-      GCZ_RETURN_IF_ERROR(encoder.encode(src, residual_plan, none).status().with_context(path));
+      const TensorInfo info{kResidualPrefix + name, e.dtype, e.shape};
+      // The codec's own choice for this residual (PowerSGD's fallback for a 1-D one), as for a gradient.
+      EncodingPlan plan = residual_plan;
+      auto stage = stage_for_tensor(info, plan.codec);
+      if (!stage) return stage.status().with_context(path + ": tensor '" + info.name + "'");
+      plan.codec = *stage;
+      detail::MemorySource src(info, e.residual.data());
+      GCZ_RETURN_IF_ERROR(encoder.encode(src, plan, none).status().with_context(path));
     }
     if (e.state) {
       detail::MemorySource src({kStatePrefix + name, DType::kFloat32, e.state->shape},
@@ -100,7 +127,7 @@ Status ErrorFeedback::save(const std::string& path, const std::string& residual_
       GCZ_RETURN_IF_ERROR(encoder.encode(src, lossless, none).status().with_context(path));
     }
   }
-  return writer->finish({{kMetaKey, "1"}}).status();
+  return writer->finish({{kMetaKey, "1"}, {kStepsKey, std::to_string(steps_)}}).status();
 }
 
 namespace detail {
@@ -167,19 +194,19 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
     if (old->shape != t.shape || old->dtype != w) {
       return invalid_argument("tensor '" + t.name + "': the error-feedback state holds a residual of shape " +
                               shape_to_string(old->shape) + " (" + std::string(dtype_name(old->dtype)) +
-                              ") but the input is " + shape_to_string(t.shape) + " (" +
-                              std::string(dtype_name(w)) + "); remove the state file to start over");
+                              ") but the input is " + shape_to_string(t.shape) + " (" + std::string(dtype_name(w)) +
+                              "); a residual is not carried across a change of shape or dtype");
     }
     add_scaled(w, x, old->residual.data(), 1.0, next.residual.data(), numel);
     xp = next.residual.data();
   }
-  // The old residual is spent, and the sums so far move into the new entry (sums of another size,
-  // from a tensor whose shape changed with feedback off, start again at zero). A failed step leaves
-  // the old entry without them (ErrorFeedback: reload the state after a failure).
+  // The old residual is spent, and the sums so far move into the new entry (the sums of a tensor whose
+  // shape changed, with feedback off, start again at zero). A failed step leaves the old entry
+  // without them (ErrorFeedback: reload the state after a failure).
   if (old) ByteBuffer().swap(old->residual);
   CumulativeError cumulative;
   if (ef.track_sums()) {
-    const bool carried = old && old->sum_x.size() == numel && old->sum_xhat.size() == numel;
+    const bool carried = old && old->shape == t.shape && old->sum_x.size() == numel && old->sum_xhat.size() == numel;
     next.sum_x = carried ? std::move(old->sum_x) : std::vector<double>(numel, 0.0);
     next.sum_xhat = carried ? std::move(old->sum_xhat) : std::vector<double>(numel, 0.0);
   }
@@ -188,11 +215,12 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
   EncodeExtras extras;
   extras.reference = x;
   extras.bytes_in = numel * dtype_size(t.dtype);
-  // Each decoded chunk: e = x' − x̂ (over x' where x' is this buffer: the encoder is done with the
-  // chunk), and the sums.
+  // Each decoded chunk: e = x' − x̂, 0 where that is not finite (over x' where x' is this buffer: the
+  // encoder is done with the chunk), and the sums.
   extras.on_decoded = [&](uint64_t first, uint64_t count, const std::byte* xhat) {
     const uint64_t at = first * wsize;
-    add_scaled(w, xp + at, xhat, -1.0, next.residual.data() + at, count);
+    if (w == DType::kFloat64) finite_difference<double>(xp + at, xhat, next.residual.data() + at, count);
+    else finite_difference<float>(xp + at, xhat, next.residual.data() + at, count);
     if (!ef.track_sums()) return;
     double* sx = next.sum_x.data() + first;
     double* sy = next.sum_xhat.data() + first;

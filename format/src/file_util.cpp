@@ -8,13 +8,69 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
+
+#include "gcz/pipeline.h"
 
 namespace gcz::detail {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+std::mutex& temp_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::set<std::string>& temp_paths() {
+  static std::set<std::string> paths;
+  return paths;
+}
+
+// Makes a rename in `path`'s directory durable.
+void sync_parent_directory(const std::string& path) {
+  const int fd = ::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // the rename has happened; a directory that cannot be opened is not an error
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
 }  // namespace
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+std::filesystem::path directory_of(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  return dir.empty() ? std::filesystem::path(".") : dir;
+}
+
+Status check_output_file(const std::string& path) {
+  if (path.empty()) return invalid_argument("no output path given");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return Status::ok();
+  const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISLNK(st.st_mode)  ? "a symbolic link"
+                     : S_ISFIFO(st.st_mode) ? "a pipe"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "a device";
+  return invalid_argument(path + ": the output exists and is " + what +
+                          "; gcz writes its outputs to a temporary file and renames it over a regular file only");
+}
+
+void register_temp_path(const std::string& path) {
+  std::lock_guard<std::mutex> lock(temp_mutex());
+  temp_paths().insert(path);
+}
+
+void unregister_temp_path(const std::string& path) {
+  std::lock_guard<std::mutex> lock(temp_mutex());
+  temp_paths().erase(path);
+}
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -60,14 +116,22 @@ Result<std::unique_ptr<AtomicFile>> AtomicFile::create(const std::string& path) 
   std::unique_ptr<AtomicFile> f(new AtomicFile());
   f->path_ = path;
   f->tmp_path_ = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  GCZ_RETURN_IF_ERROR(check_output_file(path));
+  register_temp_path(f->tmp_path_);
   f->fd_ = ::open(f->tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (f->fd_ < 0) return io_error(path + ": cannot create: " + errno_text());
+  if (f->fd_ < 0) {
+    unregister_temp_path(f->tmp_path_);
+    return io_error(path + ": cannot create: " + errno_text());
+  }
   return f;
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_path_.c_str());
+  if (!committed_) {
+    ::unlink(tmp_path_.c_str());
+    unregister_temp_path(tmp_path_);
+  }
 }
 
 Status AtomicFile::write(const void* data, std::size_t n) {
@@ -96,6 +160,8 @@ Status AtomicFile::write_zeros(std::size_t n) {
 }
 
 Status AtomicFile::commit() {
+  // On disk before the rename: after a crash the path holds the old file or the whole new one.
+  if (::fsync(fd_) != 0) return io_error(path_ + ": cannot flush to disk: " + errno_text());
   if (::close(fd_) != 0) {
     fd_ = -1;
     return io_error(path_ + ": close failed: " + errno_text());
@@ -105,6 +171,8 @@ Status AtomicFile::commit() {
     return io_error(path_ + ": cannot rename into place: " + errno_text());
   }
   committed_ = true;
+  unregister_temp_path(tmp_path_);
+  sync_parent_directory(path_);
   return Status::ok();
 }
 
@@ -132,3 +200,26 @@ Result<std::string> read_small_file(const std::string& path, uint64_t max_bytes)
 }
 
 }  // namespace gcz::detail
+
+namespace gcz {
+
+Status check_output_path(const std::string& path) {
+  GCZ_RETURN_IF_ERROR(detail::check_output_file(path));
+  const std::filesystem::path dir = detail::directory_of(path);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return io_error(path + ": the directory " + dir.string() + " does not exist");
+  }
+  return Status::ok();
+}
+
+void remove_unfinished_outputs() {
+  std::lock_guard<std::mutex> lock(detail::temp_mutex());
+  for (const std::string& p : detail::temp_paths()) {
+    std::error_code ec;
+    std::filesystem::remove_all(p, ec);
+  }
+  detail::temp_paths().clear();
+}
+
+}  // namespace gcz

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -32,8 +33,24 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
-// Writes `path` via a temporary file in the same directory; commit() renames it into place. Destroying
-// an uncommitted AtomicFile removes the temporary, so a failed write leaves nothing behind.
+// The machine's physical memory in bytes (0 when unknown).
+uint64_t physical_memory_bytes();
+
+// The directory that holds `path` ("." for a bare name).
+std::filesystem::path directory_of(const std::string& path);
+
+// Refuses an output path that is empty, or that exists and is not a regular file (a directory, a
+// symbolic link, a device, a pipe): the rename that puts an output in place would replace it.
+Status check_output_file(const std::string& path);
+
+// The temporary paths of outputs not yet committed (files or directories). remove_unfinished_outputs()
+// (gcz/pipeline.h) removes what is registered, for a program stopped by a signal.
+void register_temp_path(const std::string& path);
+void unregister_temp_path(const std::string& path);
+
+// Writes `path` via a temporary file in the same directory; commit() flushes it to disk and renames it
+// into place. Destroying an uncommitted AtomicFile removes the temporary, so a failed write leaves
+// nothing behind.
 class AtomicFile {
  public:
   static Result<std::unique_ptr<AtomicFile>> create(const std::string& path);

@@ -364,6 +364,9 @@ Result<std::unique_ptr<TensorFileReader>> open_npz_reader(const std::string& pat
 WriterResult create_npz_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
                                const WriteOptions& options) {
   GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, ".npy"));
+  // Member NAME.npy: a name that climbs out of the archive's root ("../x", "/x") would be written
+  // there by an unzip.
+  for (const TensorInfo& t : tensors) GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));
   auto temp = std::make_unique<TempPath>(path);
   zipFile zip = zipOpen64(temp->path().c_str(), APPEND_STATUS_CREATE);
   if (!zip) return io_error(path + ": cannot create: " + std::strerror(errno));

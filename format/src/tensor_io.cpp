@@ -59,9 +59,12 @@ Result<std::unique_ptr<TensorFileReader>> open_tensor_file(const std::string& pa
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return io_error(path + ": cannot open: " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return detail::open_directory_reader(path, options);
-  // A dtype and shape given by the caller mean "these are raw bytes", whatever the name says.
-  if (options.raw_dtype || options.raw_shape) return detail::open_raw_reader(path, options);
+  // A dtype and shape given by the caller mean "these are raw bytes" for a file that is not of a known
+  // tensor format (.bin, .raw, or any other extension); .npy .npz .safetensors .h5 are read as such.
   const auto format = tensor_format_from_path(path);
+  if ((options.raw_dtype || options.raw_shape) && (!format || *format == TensorFileFormat::kRaw)) {
+    return detail::open_raw_reader(path, options);
+  }
   if (!format) return unknown_extension(path);
   switch (*format) {
     case TensorFileFormat::kNpy: return detail::open_npy_reader(path, /*in_container=*/false);
@@ -81,6 +84,7 @@ Result<std::unique_ptr<TensorFileWriter>> create_tensor_file(const std::string& 
   GCZ_RETURN_IF_ERROR(detail::check_tensor_list(path, tensors));
   const auto format = tensor_format_from_path(path);
   if (!format) return unknown_extension(path);
+  if (*format != TensorFileFormat::kDirectory) GCZ_RETURN_IF_ERROR(detail::check_output_file(path));
   switch (*format) {
     case TensorFileFormat::kNpy: return detail::create_npy_writer(path, tensors, options);
     case TensorFileFormat::kNpz: return detail::create_npz_writer(path, tensors, options);

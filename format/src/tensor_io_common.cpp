@@ -224,12 +224,14 @@ TempPath::TempPath(std::string target) : target_(std::move(target)) {
   std::string base = target_;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   tmp_ = base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  register_temp_path(tmp_);
 }
 
 TempPath::~TempPath() {
   if (committed_) return;
   std::error_code ec;
   std::filesystem::remove_all(tmp_, ec);  // nothing to report from a destructor; best effort
+  unregister_temp_path(tmp_);
 }
 
 Status TempPath::commit() {
@@ -243,6 +245,7 @@ Status TempPath::commit() {
     return io_error(dest + ": cannot rename into place: " + std::strerror(err));
   }
   committed_ = true;
+  unregister_temp_path(tmp_);
   return Status::ok();
 }
 

@@ -271,5 +271,96 @@ TEST(ErrorFeedback, SumsRestartWhenAShapeChangesWithoutFeedback) {
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(w->sum_x[i], static_cast<double>(x[i])) << i;
 }
 
+// A tensor "w" of the given shape holding 0, 1, 2, ... (scaled).
+fs::path write_w(const fs::path& dir, const std::string& stem, const Shape& shape) {
+  const fs::path p = dir / (stem + ".safetensors");
+  std::vector<TensorInfo> infos = {{"w", DType::kFloat32, shape}};
+  auto w = create_tensor_file(p.string(), infos, {});
+  EXPECT_TRUE(w) << w.status().message();
+  std::vector<float> v(*infos[0].numel());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1e-3f * static_cast<float>(i + 1);
+  EXPECT_TRUE((*w)->begin(0));
+  EXPECT_TRUE((*w)->write(v.data(), v.size()));
+  EXPECT_TRUE((*w)->end());
+  EXPECT_TRUE((*w)->finish());
+  return p;
+}
+
+TEST(ErrorFeedback, SumsRestartWhenTheShapeChangesButNotTheElementCount) {
+  const fs::path d = temp_dir("reshape");
+  ErrorFeedback ef;
+  ef.set_track_sums(true);
+  ef.set_feedback(false);
+  EncodeOptions o;
+  o.spec = "bf16";
+  o.error_feedback = &ef;
+  ASSERT_TRUE(encode_files({write_w(d, "a", {8, 4}).string()}, "", o));
+  ASSERT_TRUE(encode_files({write_w(d, "b", {4, 8}).string()}, "", o));
+  const ErrorFeedback::Entry* w = ef.find("w");
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->sum_x.size(), 32u);
+  // Only the second step is in the sums (carried across the reshape, each would be twice x).
+  for (std::size_t i = 0; i < 32; ++i) {
+    ASSERT_EQ(w->sum_x[i], static_cast<double>(1e-3f * static_cast<float>(i + 1))) << i;
+  }
+}
+
+TEST(ErrorFeedback, StepsAreCountedSavedAndSeedEachStep) {
+  const fs::path d = temp_dir("steps");
+  const fs::path state = d / "ef.gcz";
+  auto ef = ErrorFeedback::load(state.string());
+  ASSERT_TRUE(ef);
+  EXPECT_EQ(ef->steps(), 0u);
+  EncodeOptions o;
+  o.spec = "randomk:ratio=0.25";
+  o.seed = 41;
+  o.error_feedback = &*ef;
+  for (uint64_t s = 0; s < 2; ++s) {
+    auto r = encode_files({write_step(d, static_cast<int>(s)).string()}, (d / "out.gcz").string(), o);
+    ASSERT_TRUE(r) << r.status().message();
+    EXPECT_EQ(r->seed, 41 + s);
+    auto reader = GczReader::open((d / "out.gcz").string());
+    ASSERT_TRUE(reader);
+    for (const TensorRecord& t : (*reader)->index().tensors) EXPECT_EQ(t.seed, 41 + s) << t.info.name;
+  }
+  EXPECT_EQ(ef->steps(), 2u);
+  ASSERT_TRUE(ef->save(state.string()));
+  auto back = ErrorFeedback::load(state.string());
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->steps(), 2u);
+  o.error_feedback = &*back;
+  auto r = encode_files({write_step(d, 2).string()}, "", o);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->seed, 43u);
+}
+
+TEST(ErrorFeedback, ResidualsThatWouldNotBeFiniteAreZero) {
+  const fs::path d = temp_dir("nonfinite");
+  const fs::path p = d / "x.safetensors";
+  std::vector<TensorInfo> infos = {{"g", DType::kFloat32, {6}}};
+  const std::vector<float> x = {1.0f, NAN, INFINITY, -INFINITY, 3e38f, 0.1f};
+  {
+    auto w = create_tensor_file(p.string(), infos, {});
+    ASSERT_TRUE(w);
+    ASSERT_TRUE((*w)->begin(0));
+    ASSERT_TRUE((*w)->write(x.data(), x.size()));
+    ASSERT_TRUE((*w)->end());
+    ASSERT_TRUE((*w)->finish());
+  }
+  ErrorFeedback ef;
+  EncodeOptions o;
+  o.spec = "fp16";  // 3e38 becomes +Inf in float16: its error is not finite either
+  o.error_feedback = &ef;
+  ASSERT_TRUE(encode_files({p.string()}, "", o));
+  const auto* e = reinterpret_cast<const float*>(ef.find("g")->residual.data());
+  EXPECT_EQ(e[0], 0.0f);  // 1 is exact in float16
+  for (int i = 1; i <= 4; ++i) EXPECT_EQ(e[i], 0.0f) << i;
+  EXPECT_TRUE(std::isfinite(e[5]) && e[5] != 0.0f) << e[5];  // 0.1's float16 rounding error is kept
+  // A step later the same NaN and infinities are not added again: the residual stays finite.
+  ASSERT_TRUE(encode_files({p.string()}, "", o));
+  const auto* e2 = reinterpret_cast<const float*>(ef.find("g")->residual.data());
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(std::isfinite(e2[i])) << i;
+}
+
 }  // namespace
 }  // namespace gcz

@@ -239,6 +239,52 @@ TEST(Pipeline, BadSpecFailsBeforeAnythingIsWritten) {
   EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 1);
 }
 
+TEST(Pipeline, OutputsThatWouldBeClobberedAreRefusedBeforeAnyWork) {
+  const fs::path d = temp_dir("clobber");
+  std::vector<ByteBuffer> values;
+  const fs::path in = d / "in.safetensors";
+  write_inputs(in, {{"w", DType::kFloat32, {4}}}, values);
+  const auto before = fs::file_size(in);
+  auto r = encode_files({in.string()}, in.string(), {});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("also an input"), std::string::npos) << r.status().message();
+  EXPECT_EQ(fs::file_size(in), before);
+  fs::create_directory(d / "dir.gcz");
+  r = encode_files({in.string()}, (d / "dir.gcz").string(), {});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("is a directory"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(check_output_path((d / "missing" / "o.gcz").string()));
+  EXPECT_FALSE(check_output_path(""));
+  EXPECT_TRUE(check_output_path((d / "o.gcz").string()));
+  EncodeOptions o;
+  o.threads = kMaxThreads + 1;
+  EXPECT_FALSE(encode_files({in.string()}, "", o));
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 2);  // in + dir.gcz
+}
+
+TEST(Pipeline, RulesThatMatchNoTensorAreReported) {
+  const fs::path d = temp_dir("unmatched");
+  std::vector<ByteBuffer> values;
+  write_inputs(d / "in.safetensors", {{"fc.weight", DType::kFloat32, {8}}, {"fc.bias", DType::kFloat32, {4}}}, values);
+  EncodeOptions o;
+  o.min_numel = 100;  // a rule that matches a tensor below --min-numel still matched it
+  o.rules = {*parse_codec_rule("*.bias=fp32"), *parse_codec_rule("embed.*=bf16"), *parse_codec_rule("fc.*=none")};
+  auto r = encode_files({(d / "in.safetensors").string()}, "", o);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->unmatched_rules, std::vector<std::string>{"embed.*=bf16"});
+}
+
+TEST(Pipeline, UnfinishedOutputsAreRemovedOnRequest) {
+  const fs::path d = temp_dir("unfinished");
+  auto gz = GczWriter::create((d / "a.gcz").string());
+  ASSERT_TRUE(gz) << gz.status().message();
+  auto npz = create_tensor_file((d / "b.npz").string(), {{"w", DType::kFloat32, {4}}}, {});
+  ASSERT_TRUE(npz) << npz.status().message();
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 2);  // the two temporaries
+  remove_unfinished_outputs();
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 0);
+}
+
 TEST(Pipeline, DuplicateNamesAcrossInputsAreAnError) {
   const fs::path d = temp_dir("dup");
   std::vector<ByteBuffer> values;

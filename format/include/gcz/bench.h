@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "gcz/backend.h"
+#include "gcz/pipeline.h"
 #include "gcz/status.h"
 #include "gcz/tensor_io.h"
 
 namespace gcz {
 
-inline constexpr unsigned kBenchMaxThreads = 1024;  // the most threads a row may ask for
+inline constexpr unsigned kBenchMaxThreads = kMaxThreads;  // the most threads a row may ask for
 
 struct BenchResult;
 

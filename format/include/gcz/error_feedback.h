@@ -10,7 +10,9 @@
 //
 // In the state file, tensor NAME's residual is the tensor "residual/NAME" (float32, or float64 for
 // float64 gradients) and its codec state "state/NAME" (float32); the file's metadata has
-// gcz.error_feedback = 1. A step that fails leaves the state in memory partly updated (its tensors'
+// gcz.error_feedback = 1 and gcz.ef_steps = the number of steps it has seen. A residual element that
+// would not be finite (x + e_old or its error is NaN or infinite) is 0: a NaN or Inf in a gradient is
+// not carried into later steps. A step that fails leaves the state in memory partly updated (its tensors'
 // old residuals spent): load it again from the file (gcz encode saves it only after a whole step).
 #pragma once
 
@@ -55,11 +57,16 @@ class ErrorFeedback {
   Entry* find(const std::string& name);
   void put(const std::string& name, Entry entry) { entries_[name] = std::move(entry); }
   std::size_t size() const { return entries_.size(); }
+  // Steps encoded with this state so far (saved in the file as gcz.ef_steps): encode_files encodes
+  // step s with seed + s, then counts it.
+  uint64_t steps() const { return steps_; }
+  void count_step() { ++steps_; }
 
  private:
   std::map<std::string, Entry> entries_;
   bool track_sums_ = false;
   bool feedback_ = true;
+  uint64_t steps_ = 0;
 };
 
 }  // namespace gcz

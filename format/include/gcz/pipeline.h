@@ -45,19 +45,26 @@ struct Progress {
 };
 using ProgressFn = std::function<void(const Progress&)>;
 
+// The most CPU threads an operation may be given.
+inline constexpr unsigned kMaxThreads = 1024;
+
 struct EncodeOptions {
   std::string spec = "fp16";
   std::vector<CodecRule> rules;
   uint64_t min_numel = 0;  // tensors with fewer elements are stored with `none` (lossless)
   DeviceRequest device = DeviceRequest::kAuto;
+  // Seed of the codecs that draw random numbers. With error feedback, a state that has seen s steps
+  // encodes the next with seed + s (mod 2^64), so that every step draws afresh.
   uint64_t seed = 0;
   std::map<std::string, std::string> metadata;
   ReadOptions read;
   uint64_t chunk_elements = uint64_t{1} << 24;  // elements per chunk for chunked codecs
-  unsigned threads = 0;  // CPU threads for chunked codecs; 0 = one per core. The bytes do not depend on it
+  // CPU threads for chunked codecs, 0..kMaxThreads; 0 = one per core. The bytes do not depend on it.
+  unsigned threads = 0;
   ProgressFn progress;
-  // Error feedback (gcz/error_feedback.h): residuals are added before encoding and updated after.
-  // Tensors are then encoded as float32 (float64 stays float64), whole, in memory.
+  // Error feedback (gcz/error_feedback.h): residuals are added before encoding and updated after, and
+  // the state counts the step. Tensors are then encoded as float32 (float64 stays float64), whole, in
+  // memory.
   ErrorFeedback* error_feedback = nullptr;
 };
 
@@ -84,6 +91,8 @@ struct EncodeReport {
   Metrics total;  // bytes_out is the whole file, header, index and padding included
   std::optional<CumulativeError> cumulative;
   Backend backend = Backend::kCpu;
+  uint64_t seed = 0;                         // the seed recorded for every tensor (see EncodeOptions)
+  std::vector<std::string> unmatched_rules;  // rules (GLOB=SPEC) whose glob matched no tensor
 };
 
 // Encodes every floating tensor of `inputs` (files or directories) into `output`; with an empty
@@ -108,5 +117,16 @@ Status check_tensor_data(const GczReader& reader, std::size_t index);
 
 // Decodes tensor `index` of an open file into memory: its elements in its dtype, C order.
 Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, DeviceRequest device = DeviceRequest::kCpu);
+
+// Checks, before any work, that `path` can take an output file: not empty, in an existing directory,
+// and not an existing directory, symbolic link, device or pipe (an output is written to a temporary
+// file and renamed over a regular file only).
+Status check_output_path(const std::string& path);
+
+// Removes the temporary files and directories of outputs that are being written and not yet in place:
+// for a program stopped by a signal (the gcz CLI calls it on SIGINT, SIGTERM and SIGHUP), so that no
+// partial output is left behind. Thread-safe; not async-signal-safe (call it from a thread that
+// waits for the signal, not from a handler).
+void remove_unfinished_outputs();
 
 }  // namespace gcz
