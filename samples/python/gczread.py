@@ -52,11 +52,12 @@ is not strictly ascending, a NaN QSGD scale, a base-3 byte above 242, ...) is fo
 is decoded (``read``, ``read_bits``, ``verify``): §6 rule ``"bad-stream-data"``, with a message
 naming the codec, the stream and the doc section (and, for Top-K, the rule number).
 
-Limits of this reader (not of the format):
+Limits:
 
-- Value codecs nest at most ``MAX_SPEC_DEPTH`` (64) deep (``values=(topk:values=(...))``: two); a
-  number in a spec string has at most ``MAX_NUMBER_CHARS`` (4096) characters (gcz writes at most
-  24). A spec beyond them is rejected as an invalid codec parameter, rule ``"unknown-codec"``.
+- Value codecs nest at most ``MAX_SPEC_DEPTH`` (64) deep (``values=(topk:values=(...))``: two), as
+  CODECS.md ("Value codecs") fixes; a number in a spec string has at most ``MAX_NUMBER_CHARS`` (4096)
+  characters (gcz writes at most 24; a limit of this reader). A spec beyond them is rejected as an
+  invalid codec parameter, rule ``"unknown-codec"``.
 - A valid file can hold what this reader cannot hand back; it raises ``GczFormatError`` with rule
   ``"reader-limit"`` (not a FORMAT.md rule: the file is valid; ``LIMIT_RULES``), naming the tensor:
   an empty tensor whose shape numpy cannot hold (``[0, 2**64 - 1]``, ``[2**32, 2**32, 0]``: numpy
@@ -125,7 +126,7 @@ DECODE_RULES = ("bad-stream-data",)
 # docstring: a shape numpy cannot hold, a tensor too large for memory).
 LIMIT_RULES = ("reader-limit",)
 
-MAX_SPEC_DEPTH = 64      # value codecs nested in value codecs, at most (a limit of this reader)
+MAX_SPEC_DEPTH = 64      # value codecs nested in value codecs, at most (CODECS.md, "Value codecs")
 MAX_NUMBER_CHARS = 4096  # characters of a number in a spec string, at most (a limit of this reader)
 
 
@@ -615,7 +616,7 @@ class _Params:
         v = self._get(key) if key in self.raw else default
         if self.depth >= MAX_SPEC_DEPTH:
             self.fail(f"parameter {key!r}: value codecs nest more than {MAX_SPEC_DEPTH} deep "
-                      "(MAX_SPEC_DEPTH, a limit of this reader)")
+                      "(CODECS.md, \"Value codecs\")")
         if isinstance(v, str):
             v = _Span.of(v, self.tensor)
         elif not isinstance(v, _Span):

@@ -1,4 +1,5 @@
 #include "gcz/codec_spec.h"
+#include "gcz/detail/value_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -74,6 +75,34 @@ TEST(EncodingPlan, CheckMakesTheCodecAndCallsEveryFailureAUsageError) {
     EXPECT_EQ(r.status().message().find("codec spec", 1), std::string::npos) << r.status().message();
   }
   EXPECT_NE(check_encoding_plan("qsgd:bits=9").status().message().find("bits"), std::string::npos);
+}
+
+TEST(EncodingPlan, CheckRefusesACodecThatRefusesEveryTensor) {
+  // Top-K hands its kept values, a vector, to the value codec; PowerSGD takes matrices only.
+  for (const char* bad : {"topk:values=(powersgd)", "randomk:k=3,values=(powersgd:rank=1)"}) {
+    auto r = check_encoding_plan(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("refused"), std::string::npos) << r.status().message();
+  }
+  EXPECT_TRUE(check_encoding_plan("powersgd:factors=(powersgd)"));  // 2-D factors; the fallback when needed
+  EXPECT_TRUE(check_encoding_plan("topk:values=(topk:values=(qsgd:bits=4))"));
+}
+
+TEST(MakeCodec, ValueCodecsNestAtMost64Deep) {
+  auto value_spec = [](int levels) {  // `levels` value codecs, one inside the other, fp16 innermost
+    std::string spec = "fp16";
+    for (int i = 1; i < levels; ++i) spec = "topk:values=(" + spec + ")";
+    return spec;
+  };
+  const int most = detail::kMaxValueCodecDepth;
+  EXPECT_TRUE(check_encoding_plan("topk:values=(" + value_spec(most) + ")"));
+  auto deep = check_encoding_plan("topk:values=(" + value_spec(most + 1) + ")");
+  ASSERT_FALSE(deep);
+  EXPECT_NE(deep.status().message().find("nest 65 deep, more than 64"), std::string::npos) << deep.status().message();
+  // From a file's index as well, where the parameter holds the value codec's spec.
+  EXPECT_TRUE(make_codec("topk", Params{{"values", value_spec(most)}}, Backend::kCpu));
+  EXPECT_FALSE(make_codec("topk", Params{{"values", value_spec(most + 1)}}, Backend::kCpu));
 }
 
 TEST(MakeCodec, KnowsCastCodecsAndRejectsOthers) {

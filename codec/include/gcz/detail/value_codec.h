@@ -14,10 +14,14 @@
 
 namespace gcz::detail {
 
+// Value codecs nest at most this deep below a tensor's codec (topk:values=(topk:values=(fp16)): 2).
+inline constexpr int kMaxValueCodecDepth = 64;
+
 class ValueCodec {
  public:
   // The codec named by parameter `key` of codec `outer` (default `def`); it must be a single stage
-  // that takes float32 input (not zstd, which applies to the whole tensor).
+  // that takes float32 input (not zstd, which applies to the whole tensor), with at most
+  // kMaxValueCodecDepth - 1 levels of value codecs inside it.
   static Result<ValueCodec> make(std::string_view outer, const Params& params, const std::string& key,
                                  std::string_view def, Backend backend);
 
