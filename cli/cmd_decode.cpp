@@ -17,9 +17,12 @@ RunFn add_decode_command(CLI::App& app) {
   cmd->add_option("input", a->input, "The .gcz file")->required();
   cmd->add_option("-o,--output", a->output,
                   "Output; the format follows the extension: .safetensors, .npz, .npy (one tensor), .h5/.hdf5, "
-                  ".bin/.raw (one tensor), or a directory (ending in '/': one .npy per tensor)")
+                  ".bin/.raw (one tensor), or a directory (ending in '/', or an existing empty one: one .npy per "
+                  "tensor). Replaced atomically; nothing is left on failure")
       ->required();
-  cmd->add_option("-t,--tensor", a->tensors, "Decode only tensors matching GLOB; repeatable. Example: -t 'blocks.0.*'")
+  cmd->add_option("-t,--tensor", a->tensors,
+                  "Decode only tensors matching GLOB (a GLOB that matches none is an error); repeatable. "
+                  "Example: -t 'blocks.0.*'")
       ->allow_extra_args(false);  // one GLOB each time: the input after it stays the input
   cmd->add_flag("--widen", a->widen,
                 "Write bfloat16 tensors as float32 (exactly) to formats that cannot hold bfloat16 (.npy, .npz, HDF5)");

@@ -95,7 +95,7 @@ const CLI::Validator kWholeNumber(
       if (digits && (v.size() < 20 || v <= "18446744073709551615")) return {};
       return "'" + v + "' is not a whole number in 0..18446744073709551615";
     },
-    "UINT");
+    "");
 
 }  // namespace
 
@@ -111,14 +111,14 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
                      ". Example: -c bf16+zstd")
       ->capture_default_str();
   app.add_option("--rule", a.rules,
-                 "Per-tensor override GLOB=SPEC, first match wins; repeatable. Example: --rule '*.bias=none' "
-                 "--rule 'embed.*=bf16'")
+                 "Per-tensor override GLOB=SPEC, first match wins; repeatable. GLOB matches the whole name, '*' "
+                 "also matches '/'; --min-numel comes first. Example: --rule '*.bias=none' --rule '*embed.*=bf16'")
       ->allow_extra_args(false);  // one GLOB=SPEC each time: an input after it stays an input
   app.add_option("--min-numel", a.min_numel,
                  "Store tensors with fewer elements than N losslessly (codec none). Example: --min-numel 4096")
       ->check(kWholeNumber)
       ->capture_default_str();
-  app.add_option("--device", a.device, "Where codecs run: cpu, cuda or auto (CUDA when a GPU is usable)")
+  app.add_option("--device", a.device, "Where codecs run: cpu, cuda (or gpu) or auto (CUDA when a GPU is usable)")
       ->capture_default_str();
   app.add_option("--seed", a.seed,
                  "Seed for codecs that draw random numbers (recorded in the file); with --ef-state, step s of the "
@@ -132,7 +132,9 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
       ->capture_default_str();
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
   app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");
-  app.add_option("--report", a.report_format, "Report format: table, json or csv")
+  app.add_option("--report", a.report_format,
+                 "Report format: table, json or csv (the last of --report, --json, "
+                 "--csv wins)")
       ->check(CLI::IsMember({"table", "json", "csv"}))
       ->capture_default_str();
   app.add_flag_callback("--json", [&a] { a.report_format = "json"; }, "Same as --report json");
