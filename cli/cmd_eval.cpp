@@ -79,7 +79,7 @@ RunFn add_eval_command(CLI::App& app) {
       auto report = encode_files({input}, "", *options);
       progress.clear();
       if (!report) return report_error(report.status());
-      print_warnings(*report, /*unmatched_rules=*/false);
+      print_warnings(*report, /*unmatched_rules=*/false, input);
       if (steps.empty()) {
         unmatched = report->unmatched_rules;
       } else {

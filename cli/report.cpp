@@ -226,21 +226,22 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
   }
 }
 
-void print_warnings(const EncodeReport& report, bool unmatched_rules) {
+void print_warnings(const EncodeReport& report, bool unmatched_rules, const std::string& step) {
+  const std::string at = step.empty() ? std::string() : printable(step) + ": ";
   for (const TensorReport& t : report.tensors) {
     const Metrics& m = t.metrics;
     const std::string name = printable(t.name);
     if (m.nonfinite > 0) {
       std::fprintf(stderr,
-                   "gcz: warning: tensor '%s': %llu non-finite values (NaN/Inf) in the input, left out of "
+                   "gcz: warning: %stensor '%s': %llu non-finite values (NaN/Inf) in the input, left out of "
                    "the error metrics\n",
-                   name.c_str(), static_cast<unsigned long long>(m.nonfinite));
+                   at.c_str(), name.c_str(), static_cast<unsigned long long>(m.nonfinite));
     }
     if (m.norm_ratio < kNormRatioWarning) {
       std::fprintf(stderr,
-                   "gcz: warning: tensor '%s': norm ratio %.3f is below %.1f: the codec shrinks this "
+                   "gcz: warning: %stensor '%s': norm ratio %.3f is below %.1f: the codec shrinks this "
                    "gradient (over-compression?)\n",
-                   name.c_str(), m.norm_ratio, kNormRatioWarning);
+                   at.c_str(), name.c_str(), m.norm_ratio, kNormRatioWarning);
     }
   }
   for (const SkippedTensor& s : report.skipped) {

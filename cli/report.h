@@ -20,8 +20,8 @@ struct StepReport {
 // with `step` and `file` columns first.
 void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback);
 // Norm-ratio, non-finite and skipped-tensor notes, and (unless told not to) the rules that matched no
-// tensor, on stderr.
-void print_warnings(const EncodeReport& report, bool unmatched_rules = true);
+// tensor, on stderr; with `step` (eval --steps: the step's file), each tensor's warning names it.
+void print_warnings(const EncodeReport& report, bool unmatched_rules = true, const std::string& step = "");
 // "gcz: warning: --rule 'GLOB=SPEC' matched no tensor", for each.
 void print_unmatched_rules(const std::vector<std::string>& rules);
 // "1.5 MiB"

@@ -847,3 +847,12 @@ def test_inputs_without_a_floating_tensor_are_an_error(command, tmp_path):
         assert r.returncode == EXIT_UNSUPPORTED and r.stdout == "", r
         assert src in error_line(r)
     assert not (tmp_path / "o.gcz").exists()
+
+
+@needs_samples
+def test_eval_steps_warnings_name_their_step():
+    r = gcz("eval", "--steps", SAMPLE, SAMPLE_BF16, "-c", "topk", "-q", check=True)
+    warnings = [line for line in r.stderr.splitlines() if "norm ratio" in line]
+    assert warnings and all(line.startswith(f"gcz: warning: {SAMPLE}: ") or
+                            line.startswith(f"gcz: warning: {SAMPLE_BF16}: ") for line in warnings), r.stderr
+    assert any(str(SAMPLE_BF16) in line for line in warnings), r.stderr
