@@ -74,23 +74,20 @@ RunFn add_eval_command(CLI::App& app) {
     ef.set_track_sums(true);
     options->error_feedback = &ef;
     std::vector<StepReport> steps;
-    std::vector<std::string> unmatched;  // rules that matched no tensor in any step
+    std::vector<RuleUse> rules;  // what each rule did in any step
     for (const std::string& input : a->encode.inputs) {
       auto report = encode_files({input}, "", *options);
       progress.clear();
       if (!report) return report_error(report.status());
-      print_warnings(*report, /*unmatched_rules=*/false, input);
-      if (steps.empty()) {
-        unmatched = report->unmatched_rules;
-      } else {
-        std::erase_if(unmatched, [&](const std::string& r) {
-          return std::find(report->unmatched_rules.begin(), report->unmatched_rules.end(), r) ==
-                 report->unmatched_rules.end();
-        });
+      print_warnings(*report, /*rules=*/false, input);
+      if (rules.empty()) rules = report->rules;
+      for (std::size_t i = 0; i < rules.size(); ++i) {
+        rules[i].matched |= report->rules[i].matched;
+        rules[i].applied |= report->rules[i].applied;
       }
       steps.push_back({input, std::move(*report)});
     }
-    print_unmatched_rules(unmatched);
+    print_rule_warnings(rules);
     if (!a->encode.quiet) print_steps(stdout, steps, a->encode.report_format, a->ef);
     return static_cast<int>(kExitOk);
   };

@@ -129,6 +129,7 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
                  "CPU threads (element-wise codecs, tensor-scale terngrad, error measurement), 0.." +
                      std::to_string(kMaxThreads) + "; 0 = one per core. The output is the same for any count")
       ->check(kWholeNumber)
+      ->check(CLI::Range(0u, kMaxThreads))
       ->capture_default_str();
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
   app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");
@@ -152,9 +153,6 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
   o.min_numel = a.min_numel;
   GCZ_ASSIGN_OR_RETURN(o.device, parse_device(a.device));
   o.seed = a.seed;
-  if (a.threads > kMaxThreads) {
-    return invalid_argument("--threads " + std::to_string(a.threads) + ": expected 0.." + std::to_string(kMaxThreads));
-  }
   o.threads = a.threads;
   if (!a.raw_dtype.empty()) {
     auto dt = parse_dtype(a.raw_dtype);
@@ -182,6 +180,7 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
   for (const std::string& m : a.meta) {
     const auto eq = m.find('=');
     if (eq == std::string::npos || eq == 0) return invalid_argument("--meta '" + m + "': expected KEY=VALUE");
+    if (m.rfind("gcz.", 0) == 0) return invalid_argument("--meta '" + m + "': keys starting 'gcz.' are gcz's own");
     o.metadata[m.substr(0, eq)] = m.substr(eq + 1);
   }
   return o;

@@ -25,9 +25,11 @@ namespace {
 int g_stop_pipe[2] = {-1, -1};
 
 extern "C" void on_stop_signal(int sig) {
+  const int saved = errno;
   const unsigned char b = static_cast<unsigned char>(sig);
   const ssize_t ignored = ::write(g_stop_pipe[1], &b, 1);
   (void)ignored;
+  errno = saved;
 }
 
 void stop_cleanly_on_signals() {
@@ -48,7 +50,7 @@ void stop_cleanly_on_signals() {
     struct sigaction act {};
     act.sa_handler = on_stop_signal;
     sigemptyset(&act.sa_mask);
-    act.sa_flags = SA_RESTART;
+    act.sa_flags = SA_RESTART | SA_RESETHAND;  // a second signal ends gcz at once
     ::sigaction(sig, &act, nullptr);
   }
 }

@@ -226,7 +226,7 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
   }
 }
 
-void print_warnings(const EncodeReport& report, bool unmatched_rules, const std::string& step) {
+void print_warnings(const EncodeReport& report, bool rules, const std::string& step) {
   const std::string at = step.empty() ? std::string() : printable(step) + ": ";
   for (const TensorReport& t : report.tensors) {
     const Metrics& m = t.metrics;
@@ -247,15 +247,22 @@ void print_warnings(const EncodeReport& report, bool unmatched_rules, const std:
   for (const SkippedTensor& s : report.skipped) {
     std::fprintf(stderr, "gcz: note: skipped %s: %s\n", printable(s.name).c_str(), printable(s.reason).c_str());
   }
-  if (unmatched_rules) print_unmatched_rules(report.unmatched_rules);
+  if (rules) print_rule_warnings(report.rules);
 }
 
-void print_unmatched_rules(const std::vector<std::string>& rules) {
-  for (const std::string& r : rules) {
-    std::fprintf(stderr,
-                 "gcz: warning: --rule '%s' matched no tensor (gcz eval lists the names; in a "
-                 "directory they start with the file's relative path)\n",
-                 printable(r).c_str());
+void print_rule_warnings(const std::vector<RuleUse>& rules) {
+  for (const RuleUse& r : rules) {
+    if (!r.matched) {
+      std::fprintf(stderr,
+                   "gcz: warning: --rule '%s' matched no tensor (gcz eval lists the names; in a "
+                   "directory they start with the file's relative path)\n",
+                   printable(r.rule).c_str());
+    } else if (!r.applied) {
+      std::fprintf(stderr,
+                   "gcz: warning: --rule '%s' chose no tensor's codec: each tensor it matches takes an "
+                   "earlier rule or is below --min-numel\n",
+                   printable(r.rule).c_str());
+    }
   }
 }
 

@@ -19,11 +19,11 @@ struct StepReport {
 // Every step's per-tensor report, then a summary line per step (table); one JSON document; or one CSV
 // with `step` and `file` columns first.
 void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback);
-// Norm-ratio, non-finite and skipped-tensor notes, and (unless told not to) the rules that matched no
-// tensor, on stderr; with `step` (eval --steps: the step's file), each tensor's warning names it.
-void print_warnings(const EncodeReport& report, bool unmatched_rules = true, const std::string& step = "");
-// "gcz: warning: --rule 'GLOB=SPEC' matched no tensor", for each.
-void print_unmatched_rules(const std::vector<std::string>& rules);
+// Norm-ratio, non-finite and skipped-tensor notes, and (unless told not to) the rules that chose no
+// tensor's codec, on stderr; with `step` (eval --steps: the step's file), each tensor's warning names it.
+void print_warnings(const EncodeReport& report, bool rules = true, const std::string& step = "");
+// A warning for each rule that matched no tensor, or that chose no tensor's codec.
+void print_rule_warnings(const std::vector<RuleUse>& rules);
 // "1.5 MiB"
 std::string human_bytes(uint64_t bytes);
 

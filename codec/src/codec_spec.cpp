@@ -171,9 +171,10 @@ Result<EncodingPlan> check_encoding_plan(std::string_view text) {
   if (!codec) return invalid_argument(where + codec.status().message());
   // A codec can take its parameters and still refuse every tensor it would meet: Top-K hands its
   // kept values, a vector, to its value codec, and `topk:values=(powersgd)` fails on every tensor.
-  // One small tensor encoded now says so before any work.
-  const TensorInfo probe{"probe", DType::kFloat32, {16, 16}};
-  std::vector<float> values(256);
+  // A tensor encoded now says so before any work: a 256 x 256 matrix, large enough that PowerSGD up
+  // to rank 32 factors it (and so tries its factors' codec) rather than taking its fallback.
+  const TensorInfo probe{"probe", DType::kFloat32, {256, 256}};
+  std::vector<float> values(256 * 256);
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * static_cast<float>(i) + 0.5f);
   GCZ_ASSIGN_OR_RETURN(StageSpec stage, stage_for_tensor(probe, plan.codec));
   auto made = make_codec(stage.name, stage.params, Backend::kCpu);
@@ -181,7 +182,7 @@ Result<EncodingPlan> check_encoding_plan(std::string_view text) {
   (*made)->set_context({0, tensor_key(probe.name)});
   std::vector<ByteBuffer> out((*made)->stream_names(probe).size());
   if (Status s = (*made)->encode(probe, values.data(), 0, values.size(), out); !s) {
-    return invalid_argument(where + "a 16x16 float32 tensor is refused: " + s.message());
+    return invalid_argument(where + "a 256x256 float32 tensor is refused: " + s.message());
   }
   return plan;
 }

@@ -168,7 +168,8 @@ class DirectoryWriter final : public SequentialWriter {
     std::error_code ec;
     fs::create_directories(file.parent_path(), ec);
     if (ec) return io_error(tensor_context(path(), stored.name) + ": cannot create its directory: " + ec.message());
-    GCZ_ASSIGN_OR_RETURN(inner_, create_npy_writer(file.string(), {input_tensors()[index]}, options_));
+    GCZ_ASSIGN_OR_RETURN(inner_, create_npy_writer(file.string(), {input_tensors()[index]}, options_,
+                                                   /*durable=*/false));
     return inner_->begin(0);
   }
   Status write_elements(const void* src, uint64_t count) override { return inner_->write(src, count); }

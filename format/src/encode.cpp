@@ -15,16 +15,16 @@
 namespace gcz {
 namespace {
 
-// The codec plan for one tensor: the first matching rule (marked in `matched`), else the default;
-// small tensors are stored losslessly.
+// The codec plan for one tensor: the first matching rule, else the default; small tensors are stored
+// losslessly. `uses` (one per rule) records what each rule did.
 Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeOptions& o,
-                              const EncodingPlan& default_plan, std::vector<bool>& matched) {
+                              const EncodingPlan& default_plan, std::vector<RuleUse>& uses) {
   const CodecRule* rule = nullptr;
-  for (std::size_t i = 0; i < o.rules.size() && !rule; ++i) {
-    if (fnmatch(o.rules[i].glob.c_str(), t.name.c_str(), 0) == 0) {
-      rule = &o.rules[i];
-      matched[i] = true;
-    }
+  for (std::size_t i = 0; i < o.rules.size(); ++i) {
+    if (fnmatch(o.rules[i].glob.c_str(), t.name.c_str(), 0) != 0) continue;
+    uses[i].matched = true;
+    if (!rule && numel >= o.min_numel) uses[i].applied = true;
+    if (!rule) rule = &o.rules[i];
   }
   if (numel < o.min_numel) return parse_encoding_plan("none");
   EncodingPlan plan = default_plan;
@@ -36,6 +36,25 @@ Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeO
   if (!stage) return stage.status().with_context("tensor '" + t.name + "'");
   plan.codec = *stage;
   return plan;
+}
+
+// Refuses an output that is `input`, or a tensor file inside the directory `input` (which that
+// directory's reader opens: the rename into place would replace an input, or add one).
+Status check_not_an_input(const std::string& output, const std::string& input) {
+  namespace fs = std::filesystem;
+  if (output.empty()) return Status::ok();
+  std::error_code ec;
+  if (fs::equivalent(input, output, ec)) {
+    return invalid_argument(output + ": the output is also an input; write it elsewhere");
+  }
+  if (!fs::is_directory(input, ec) || !tensor_format_from_path(output)) return Status::ok();
+  const fs::path dir = fs::weakly_canonical(fs::absolute(input, ec), ec);
+  const fs::path out = fs::weakly_canonical(fs::absolute(output, ec), ec);
+  if (ec) return Status::ok();
+  const auto [end, unused] = std::mismatch(dir.begin(), dir.end(), out.begin(), out.end());
+  if (end != dir.end()) return Status::ok();
+  return invalid_argument(output + ": the output would be a tensor file inside the input directory " + input +
+                          "; write it elsewhere");
 }
 
 }  // namespace
@@ -73,10 +92,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   std::map<std::string, std::string> seen;  // name -> file
   uint64_t bytes_total = 0;
   for (const std::string& path : inputs) {
-    std::error_code ec;
-    if (!output.empty() && std::filesystem::equivalent(path, output, ec)) {
-      return invalid_argument(output + ": the output is also an input; write it elsewhere");
-    }
+    GCZ_RETURN_IF_ERROR(check_not_an_input(output, path));
     GCZ_ASSIGN_OR_RETURN(auto reader, open_tensor_file(path, options.read));
     for (std::size_t i = 0; i < reader->tensors().size(); ++i) {
       const TensorInfo& t = reader->tensors()[i];
@@ -110,14 +126,16 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   // other indices, the quantizers' roundings are independent from step to step).
   report.seed = options.seed + (options.error_feedback ? options.error_feedback->steps() : 0);
   detail::TensorEncoder encoder(*writer, report.backend, report.seed, options.chunk_elements, threads);
-  std::vector<bool> matched(options.rules.size(), false);
+  for (const CodecRule& r : options.rules) report.rules.push_back({r.glob + "=" + r.spec});
   std::optional<CumulativeError> cumulative;
   Progress progress{0, tensor_count, 0, bytes_total, nullptr};
   std::size_t k = 0;
   uint64_t bytes_in = 0;
-  // A failure names its input file (a reader's own errors already start with it).
-  auto in_file = [&](const Status& s, const std::string& path) {
-    return s.message().rfind(path + ": ", 0) == 0 ? s : s.with_context(path);
+  // A failure names its input (a reader's own errors already start with it, or with a file in it).
+  auto in_file = [&](const Status& s, std::string path) {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    const std::string& m = s.message();
+    return m.rfind(path + ": ", 0) == 0 || m.rfind(path + "/", 0) == 0 ? s : s.with_context(path);
   };
   for (std::size_t r = 0; r < readers.size(); ++r) {
     TensorFileReader& reader = *readers[r];
@@ -125,7 +143,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       const TensorInfo& t = reader.tensors()[i];
       GCZ_ASSIGN_OR_RETURN(auto src, reader.open(i));
       GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
-      auto plan = plan_for(t, numel, options, default_plan, matched);
+      auto plan = plan_for(t, numel, options, default_plan, report.rules);
       if (!plan) return in_file(plan.status(), inputs[r]);
       progress.tensor = k;
       progress.name = &t.name;
@@ -149,9 +167,6 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(options.metadata));
   report.total = encoder.total().finish(bytes_in, file_bytes);
   report.cumulative = cumulative;
-  for (std::size_t i = 0; i < options.rules.size(); ++i) {
-    if (!matched[i]) report.unmatched_rules.push_back(options.rules[i].glob + "=" + options.rules[i].spec);
-  }
   if (options.error_feedback) options.error_feedback->count_step();
   return report;
 }

@@ -108,7 +108,8 @@ Status ErrorFeedback::save(const std::string& path, const std::string& residual_
   GCZ_ASSIGN_OR_RETURN(EncodingPlan residual_plan, check_encoding_plan(residual_spec));
   GCZ_ASSIGN_OR_RETURN(EncodingPlan lossless, parse_encoding_plan("none"));
   GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(path));
-  detail::TensorEncoder encoder(*writer, Backend::kCpu, /*seed=*/0, uint64_t{1} << 24);
+  // A residual codec that draws random numbers draws afresh with each save, as the steps do.
+  detail::TensorEncoder encoder(*writer, Backend::kCpu, /*seed=*/steps_, uint64_t{1} << 24);
   auto none = [](uint64_t) {};
   for (const auto& [name, e] : entries_) {
     if (!e.residual.empty() || !e.shape.empty()) {

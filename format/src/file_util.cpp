@@ -19,14 +19,16 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// The registry of temporary paths. Never destroyed: a thread that removes them on a signal may run
+// while the program's statics are being torn down.
 std::mutex& temp_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex;
+  return *m;
 }
 
 std::set<std::string>& temp_paths() {
-  static std::set<std::string> paths;
-  return paths;
+  static auto* paths = new std::set<std::string>;
+  return *paths;
 }
 
 // Makes a rename in `path`'s directory durable.
@@ -62,14 +64,28 @@ Status check_output_file(const std::string& path) {
                           "; gcz writes its outputs to a temporary file and renames it over a regular file only");
 }
 
-void register_temp_path(const std::string& path) {
+std::string make_temp_path(const std::string& target) {
+  static std::atomic<unsigned> counter{0};
+  std::string base = target;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  std::string tmp = base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   std::lock_guard<std::mutex> lock(temp_mutex());
-  temp_paths().insert(path);
+  temp_paths().insert(tmp);
+  return tmp;
 }
 
-void unregister_temp_path(const std::string& path) {
+void forget_temp_path(const std::string& tmp) {
   std::lock_guard<std::mutex> lock(temp_mutex());
-  temp_paths().erase(path);
+  temp_paths().erase(tmp);
+}
+
+int rename_temp_path(const std::string& tmp, const std::string& dest) {
+  // Under the registry's lock: remove_unfinished_outputs never sees a temporary half renamed.
+  std::lock_guard<std::mutex> lock(temp_mutex());
+  if (!temp_paths().count(tmp)) return ENOENT;  // removed already: the program is stopping
+  if (::rename(tmp.c_str(), dest.c_str()) != 0) return errno;
+  temp_paths().erase(tmp);
+  return 0;
 }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
@@ -111,17 +127,18 @@ void MappedFile::release(uint64_t begin, uint64_t end) const {
   if (e > b) ::madvise(data_ + b, e - b, MADV_DONTNEED);
 }
 
-Result<std::unique_ptr<AtomicFile>> AtomicFile::create(const std::string& path) {
-  static std::atomic<unsigned> counter{0};
+Result<std::unique_ptr<AtomicFile>> AtomicFile::create(const std::string& path, bool durable) {
+  GCZ_RETURN_IF_ERROR(check_output_file(path));
   std::unique_ptr<AtomicFile> f(new AtomicFile());
   f->path_ = path;
-  f->tmp_path_ = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  GCZ_RETURN_IF_ERROR(check_output_file(path));
-  register_temp_path(f->tmp_path_);
+  f->durable_ = durable;
+  f->tmp_path_ = make_temp_path(path);
   f->fd_ = ::open(f->tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (f->fd_ < 0) {
-    unregister_temp_path(f->tmp_path_);
-    return io_error(path + ": cannot create: " + errno_text());
+    const std::string why = errno_text();
+    forget_temp_path(f->tmp_path_);
+    f->committed_ = true;  // nothing to remove
+    return io_error(path + ": cannot create: " + why);
   }
   return f;
 }
@@ -130,7 +147,7 @@ AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) {
     ::unlink(tmp_path_.c_str());
-    unregister_temp_path(tmp_path_);
+    forget_temp_path(tmp_path_);
   }
 }
 
@@ -161,19 +178,25 @@ Status AtomicFile::write_zeros(std::size_t n) {
 
 Status AtomicFile::commit() {
   // On disk before the rename: after a crash the path holds the old file or the whole new one.
-  if (::fsync(fd_) != 0) return io_error(path_ + ": cannot flush to disk: " + errno_text());
+  if (durable_ && ::fsync(fd_) != 0) return io_error(path_ + ": cannot flush to disk: " + errno_text());
   if (::close(fd_) != 0) {
     fd_ = -1;
     return io_error(path_ + ": close failed: " + errno_text());
   }
   fd_ = -1;
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    return io_error(path_ + ": cannot rename into place: " + errno_text());
+  if (const int err = rename_temp_path(tmp_path_, path_); err != 0) {
+    return io_error(path_ + ": cannot rename into place: " + std::strerror(err));
   }
   committed_ = true;
-  unregister_temp_path(tmp_path_);
-  sync_parent_directory(path_);
+  if (durable_) sync_parent_directory(path_);
   return Status::ok();
+}
+
+void sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
 }
 
 Result<std::string> read_small_file(const std::string& path, uint64_t max_bytes) {
@@ -216,10 +239,12 @@ Status check_output_path(const std::string& path) {
 void remove_unfinished_outputs() {
   std::lock_guard<std::mutex> lock(detail::temp_mutex());
   for (const std::string& p : detail::temp_paths()) {
+    // A writer may still be adding files to a temporary directory: remove until it is gone.
     std::error_code ec;
-    std::filesystem::remove_all(p, ec);
+    auto gone = [&] { return std::filesystem::symlink_status(p, ec).type() == std::filesystem::file_type::not_found; };
+    for (int attempt = 0; attempt < 100 && !gone(); ++attempt) std::filesystem::remove_all(p, ec);
   }
-  detail::temp_paths().clear();
+  detail::temp_paths().clear();  // rename_temp_path now refuses them: nothing half removed is put in place
 }
 
 }  // namespace gcz

@@ -43,17 +43,25 @@ std::filesystem::path directory_of(const std::string& path);
 // symbolic link, a device, a pipe): the rename that puts an output in place would replace it.
 Status check_output_file(const std::string& path);
 
-// The temporary paths of outputs not yet committed (files or directories). remove_unfinished_outputs()
-// (gcz/pipeline.h) removes what is registered, for a program stopped by a signal.
-void register_temp_path(const std::string& path);
-void unregister_temp_path(const std::string& path);
+// Temporary paths of outputs not yet in place (files or directories), registered so that
+// remove_unfinished_outputs() (gcz/pipeline.h) can remove them for a program stopped by a signal.
+// make_temp_path names one beside `target` ("TARGET.tmp-PID-N") and registers it; rename_temp_path
+// puts it in place and forgets it (0, or the errno; ENOENT once remove_unfinished_outputs took it);
+// forget_temp_path forgets one that was removed or never made.
+std::string make_temp_path(const std::string& target);
+int rename_temp_path(const std::string& tmp, const std::string& dest);
+void forget_temp_path(const std::string& tmp);
 
-// Writes `path` via a temporary file in the same directory; commit() flushes it to disk and renames it
-// into place. Destroying an uncommitted AtomicFile removes the temporary, so a failed write leaves
-// nothing behind.
+// fsync of a file written and closed elsewhere (best effort).
+void sync_file(const std::string& path);
+
+// Writes `path` via a temporary file in the same directory; commit() flushes it to disk (unless not
+// `durable`: a file inside a directory output, which is put in place as a whole) and renames it into
+// place. Destroying an uncommitted AtomicFile removes the temporary, so a failed write leaves nothing
+// behind.
 class AtomicFile {
  public:
-  static Result<std::unique_ptr<AtomicFile>> create(const std::string& path);
+  static Result<std::unique_ptr<AtomicFile>> create(const std::string& path, bool durable = true);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -70,6 +78,7 @@ class AtomicFile {
   std::string tmp_path_;
   int fd_ = -1;
   uint64_t pos_ = 0;
+  bool durable_ = true;
   bool committed_ = false;
 };
 

@@ -57,10 +57,10 @@ Result<std::unique_ptr<TensorFileReader>> open_npy_reader(const std::string& pat
 }
 
 WriterResult create_npy_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
-                               const WriteOptions& options) {
+                               const WriteOptions& options, bool durable) {
   GCZ_RETURN_IF_ERROR(check_single_tensor(path, tensors, ".npy"));
   GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, ".npy"));
-  GCZ_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path));
+  GCZ_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path, durable));
   return std::unique_ptr<TensorFileWriter>(new ContiguousWriter(path, tensors, options.widen_bf16, std::move(file),
                            [](const TensorInfo& t) { return make_npy_header(t.dtype, t.shape); }));
 }

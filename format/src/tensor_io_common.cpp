@@ -219,33 +219,28 @@ Status SequentialWriter::finish() {
 
 // --- temporary paths ------------------------------------------------------------------------------------
 
-TempPath::TempPath(std::string target) : target_(std::move(target)) {
-  static std::atomic<unsigned> counter{0};
-  std::string base = target_;
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  tmp_ = base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  register_temp_path(tmp_);
-}
+TempPath::TempPath(std::string target) : target_(std::move(target)), tmp_(make_temp_path(target_)) {}
 
 TempPath::~TempPath() {
   if (committed_) return;
   std::error_code ec;
   std::filesystem::remove_all(tmp_, ec);  // nothing to report from a destructor; best effort
-  unregister_temp_path(tmp_);
+  forget_temp_path(tmp_);
 }
 
 Status TempPath::commit() {
   std::string dest = target_;
   while (dest.size() > 1 && dest.back() == '/') dest.pop_back();
-  if (std::rename(tmp_.c_str(), dest.c_str()) != 0) {
-    const int err = errno;
+  // A single file (.npz, .h5) is flushed before it replaces anything; a directory's files are not.
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(tmp_, ec)) sync_file(tmp_);
+  if (const int err = rename_temp_path(tmp_, dest); err != 0) {
     if (err == ENOTEMPTY || err == EEXIST) {
       return io_error(dest + ": cannot rename into place: the directory exists and is not empty");
     }
     return io_error(dest + ": cannot rename into place: " + std::strerror(err));
   }
   committed_ = true;
-  unregister_temp_path(tmp_);
   return Status::ok();
 }
 

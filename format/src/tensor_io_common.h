@@ -30,8 +30,9 @@ Result<std::unique_ptr<TensorFileReader>> open_raw_reader(const std::string& pat
 Result<std::unique_ptr<TensorFileReader>> open_directory_reader(const std::string& path, const ReadOptions& options);
 
 using WriterResult = Result<std::unique_ptr<TensorFileWriter>>;
+// `durable`: flushed to disk before it is put in place (not for a file inside a directory output).
 WriterResult create_npy_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
-                               const WriteOptions& options);
+                               const WriteOptions& options, bool durable = true);
 WriterResult create_npz_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
                                const WriteOptions& options);
 WriterResult create_safetensors_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
@@ -145,9 +146,10 @@ class SequentialWriter : public TensorFileWriter {
   std::vector<float> widen_buf_;  // bfloat16 -> float32 chunk
 };
 
-// A sibling temporary name for `target` ("TARGET.tmp-PID-N") for outputs that a library writes by
-// path (minizip, HDF5, directories). The destructor removes whatever is at the temporary name (file or
-// directory tree) unless commit() renamed it onto `target`.
+// A sibling temporary name for `target` ("TARGET.tmp-PID-N", registered: make_temp_path) for outputs
+// that a library writes by path (minizip, HDF5, directories). commit() flushes a file (not a
+// directory) and renames it onto `target`; otherwise the destructor removes whatever is at the
+// temporary name (file or directory tree).
 class TempPath {
  public:
   explicit TempPath(std::string target);

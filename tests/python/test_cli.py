@@ -628,15 +628,19 @@ def tensor_seeds(path: Path) -> List[int]:
 
 
 @needs_samples
-@pytest.mark.parametrize("case", ["input", "state", "symlink", "directory", "empty"])
+@pytest.mark.parametrize("case", ["input", "in-input-dir", "state", "state-spelled", "symlink", "directory", "empty"])
 def test_encode_refuses_an_output_it_would_clobber(case, tmp_path):
     src = tmp_path / "g.safetensors"
     shutil.copy(SAMPLE, src)
     out, extra = tmp_path / "out.gcz", []
     if case == "input":
         out = src
+    elif case == "in-input-dir":  # the directory's reader would read it: as an input replaced, or added
+        src, out = tmp_path, tmp_path / "g.safetensors"
     elif case == "state":
         extra = ["--ef-state", out]
+    elif case == "state-spelled":  # the same file, spelled differently, not existing yet
+        out, extra = "out.gcz", ["--ef-state", "./out.gcz"]
     elif case == "symlink":
         (tmp_path / "real.gcz").write_bytes(b"keep")
         out.symlink_to(tmp_path / "real.gcz")
@@ -645,12 +649,13 @@ def test_encode_refuses_an_output_it_would_clobber(case, tmp_path):
     elif case == "empty":
         out = ""
     before = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and not p.is_symlink()}
-    r = gcz("encode", src, "-o", out, "-q", *extra)
+    r = gcz("encode", src, "-o", out, "-q", *extra, cwd=tmp_path)
     assert r.returncode == EXIT_USAGE, r.stderr
     assert r.stdout == ""
     line = error_line(r)
-    assert {"input": "also an input", "state": "same file", "symlink": "symbolic link",
-            "directory": "a directory", "empty": "no output path"}[case] in line, line
+    assert {"input": "also an input", "in-input-dir": "inside the input directory", "state": "same file",
+            "state-spelled": "same file", "symlink": "symbolic link", "directory": "a directory",
+            "empty": "no output path"}[case] in line, line
     after = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and not p.is_symlink()}
     assert after == before  # nothing written, nothing replaced, no temporary left
 
@@ -658,7 +663,7 @@ def test_encode_refuses_an_output_it_would_clobber(case, tmp_path):
 @needs_samples
 @pytest.mark.parametrize("extra, code, words", [
     (["--ef-codec", "fp17"], EXIT_USAGE, "--ef-codec: codec spec 'fp17'"),
-    (["--ef-codec", "topk:values=(powersgd)"], EXIT_USAGE, "a 16x16 float32 tensor is refused"),
+    (["--ef-codec", "topk:values=(powersgd)"], EXIT_USAGE, "a 256x256 float32 tensor is refused"),
     (["--ef-state-dir"], EXIT_IO, "does not exist"),
 ])
 def test_encode_checks_the_state_options_before_encoding(extra, code, words, tmp_path):
@@ -743,6 +748,10 @@ def test_a_rule_that_matches_nothing_is_a_warning(tmp_path):
     assert r.stderr.count("matched no tensor") == 1 and "'nomatch*=none'" in r.stderr, r.stderr
     r = gcz("eval", "--steps", SAMPLE, SAMPLE, "--rule", "nomatch*=none", "-q", check=True)
     assert r.stderr.count("matched no tensor") == 1, r.stderr
+    # A rule shadowed by an earlier one, or reaching only tensors below --min-numel, chooses nothing.
+    for args in (["--rule", "*=fp16", "--rule", "*.bias=none"], ["--rule", "*.bias=none", "--min-numel", "10000"]):
+        r = gcz("eval", SAMPLE, *args, "-q", check=True)
+        assert r.stderr.count("chose no tensor's codec") == 1 and "'*.bias=none'" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("args, words", [
@@ -756,7 +765,8 @@ def test_a_rule_that_matches_nothing_is_a_warning(tmp_path):
     (["eval", "x.npy", "--seed", "-1"], "not a whole number"),
     (["eval", "x.npy", "--seed", "18446744073709551616"], "not a whole number"),
     (["eval", "x.npy", "--seed", "1e23"], "not a whole number"),
-    (["eval", "x.npy", "--threads", "100000"], "0..1024"),
+    (["eval", "x.npy", "--threads", "100000"], "range 0 to 1024"),
+    (["encode", "x.npy", "-o", "x.gcz", "--meta", "gcz.ef_steps=3"], "gcz's own"),
 ])
 def test_command_line_mistakes_are_one_line(args, words):
     r = gcz(*args)
@@ -856,3 +866,29 @@ def test_eval_steps_warnings_name_their_step():
     assert warnings and all(line.startswith(f"gcz: warning: {SAMPLE}: ") or
                             line.startswith(f"gcz: warning: {SAMPLE_BF16}: ") for line in warnings), r.stderr
     assert any(str(SAMPLE_BF16) in line for line in warnings), r.stderr
+
+
+def test_an_interrupted_decode_to_a_directory_leaves_nothing(tmp_path):
+    import signal
+    import time
+    write_safetensors(tmp_path / "many.safetensors", {f"t{i}": np.full(4, i, np.float32) for i in range(8000)})
+    gcz("encode", tmp_path / "many.safetensors", "-o", tmp_path / "many.gcz", "-c", "none", "-q", check=True)
+
+    def written() -> int:  # files in the temporary output directory so far
+        return sum(len(os.listdir(d)) for d in tmp_path.glob("out.tmp-*") if d.is_dir())
+
+    left = []
+    for _ in range(3):
+        p = subprocess.Popen([str(GCZ), "decode", str(tmp_path / "many.gcz"), "-o", str(tmp_path / "out") + "/"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Interrupted with thousands of files written and more coming: the removal races the writer.
+        deadline = time.monotonic() + 60
+        while written() < 2000 and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if p.poll() is not None:
+            pytest.skip("the decode finished before it could be interrupted")
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        assert p.returncode == -signal.SIGINT
+        left += [x.name for x in tmp_path.iterdir() if x.name.startswith("out")]
+    assert left == []  # neither the temporary directory nor a half-written output

@@ -78,15 +78,18 @@ TEST(EncodingPlan, CheckMakesTheCodecAndCallsEveryFailureAUsageError) {
 }
 
 TEST(EncodingPlan, CheckRefusesACodecThatRefusesEveryTensor) {
-  // Top-K hands its kept values, a vector, to the value codec; PowerSGD takes matrices only.
-  for (const char* bad : {"topk:values=(powersgd)", "randomk:k=3,values=(powersgd:rank=1)"}) {
+  // Top-K hands its kept values, a vector, to the value codec; PowerSGD takes matrices only. As
+  // PowerSGD's factors codec, PowerSGD gets no fallback: factors [n, 4] never shrink 2x at rank 4.
+  for (const char* bad : {"topk:values=(powersgd)", "randomk:k=3,values=(powersgd:rank=1)",
+                          "powersgd:factors=(powersgd)", "powersgd:rank=8,factors=(topk:values=(powersgd))"}) {
     auto r = check_encoding_plan(bad);
     ASSERT_FALSE(r) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("refused"), std::string::npos) << r.status().message();
   }
-  EXPECT_TRUE(check_encoding_plan("powersgd:factors=(powersgd)"));  // 2-D factors; the fallback when needed
   EXPECT_TRUE(check_encoding_plan("topk:values=(topk:values=(qsgd:bits=4))"));
+  // Factors [n, 2] at rank 1 shrink 1.99x for n = 256 as for large n: a working spec is not refused.
+  EXPECT_TRUE(check_encoding_plan("powersgd:rank=2,factors=(powersgd:rank=1,min_rate=1.9)"));
 }
 
 TEST(MakeCodec, ValueCodecsNestAtMost64Deep) {

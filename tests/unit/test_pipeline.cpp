@@ -262,16 +262,27 @@ TEST(Pipeline, OutputsThatWouldBeClobberedAreRefusedBeforeAnyWork) {
   EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 2);  // in + dir.gcz
 }
 
-TEST(Pipeline, RulesThatMatchNoTensorAreReported) {
+TEST(Pipeline, TheReportSaysWhatEachRuleDid) {
   const fs::path d = temp_dir("unmatched");
   std::vector<ByteBuffer> values;
-  write_inputs(d / "in.safetensors", {{"fc.weight", DType::kFloat32, {8}}, {"fc.bias", DType::kFloat32, {4}}}, values);
+  write_inputs(
+      d / "in.safetensors",
+      {{"fc.weight", DType::kFloat32, {200}}, {"fc.bias", DType::kFloat32, {4}}, {"out.bias", DType::kFloat32, {200}}},
+      values);
   EncodeOptions o;
-  o.min_numel = 100;  // a rule that matches a tensor below --min-numel still matched it
-  o.rules = {*parse_codec_rule("*.bias=fp32"), *parse_codec_rule("embed.*=bf16"), *parse_codec_rule("fc.*=none")};
+  o.min_numel = 100;
+  o.rules = {*parse_codec_rule("out.*=fp32"), *parse_codec_rule("*.bias=bf16"), *parse_codec_rule("embed.*=bf16"),
+             *parse_codec_rule("fc.*=none")};
   auto r = encode_files({(d / "in.safetensors").string()}, "", o);
   ASSERT_TRUE(r) << r.status().message();
-  EXPECT_EQ(r->unmatched_rules, std::vector<std::string>{"embed.*=bf16"});
+  ASSERT_EQ(r->rules.size(), 4u);
+  EXPECT_EQ(r->rules[0].rule, "out.*=fp32");
+  EXPECT_TRUE(r->rules[0].matched && r->rules[0].applied);
+  // *.bias matches out.bias (taken by the rule before) and fc.bias (below min_numel): it chose nothing.
+  EXPECT_TRUE(r->rules[1].matched);
+  EXPECT_FALSE(r->rules[1].applied);
+  EXPECT_FALSE(r->rules[2].matched);
+  EXPECT_TRUE(r->rules[3].matched && r->rules[3].applied);  // fc.weight
 }
 
 TEST(Pipeline, UnfinishedOutputsAreRemovedOnRequest) {

@@ -85,14 +85,22 @@ struct TensorReport {
   std::optional<CumulativeError> cumulative;
 };
 
+// What a rule did in a run: whether its glob matched a tensor, and whether it chose a tensor's codec
+// (it does not when an earlier rule matches first, or the tensor is below min_numel).
+struct RuleUse {
+  std::string rule;  // GLOB=SPEC
+  bool matched = false;
+  bool applied = false;
+};
+
 struct EncodeReport {
   std::vector<TensorReport> tensors;
   std::vector<SkippedTensor> skipped;
   Metrics total;  // bytes_out is the whole file, header, index and padding included
   std::optional<CumulativeError> cumulative;
   Backend backend = Backend::kCpu;
-  uint64_t seed = 0;                         // the seed recorded for every tensor (see EncodeOptions)
-  std::vector<std::string> unmatched_rules;  // rules (GLOB=SPEC) whose glob matched no tensor
+  uint64_t seed = 0;           // the seed recorded for every tensor (see EncodeOptions)
+  std::vector<RuleUse> rules;  // one per EncodeOptions::rules, in order
 };
 
 // Encodes every floating tensor of `inputs` (files or directories) into `output`; with an empty
