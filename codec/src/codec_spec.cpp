@@ -1,5 +1,6 @@
 #include "gcz/codec_spec.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -162,6 +163,31 @@ Result<EncodingPlan> parse_encoding_plan(std::string_view text) {
   auto plan = plan_from_spec(spec);
   if (!plan) return plan.status().with_context("codec spec '" + std::string(text) + "'");
   return plan;
+}
+
+int nested_codec_depth(std::string_view text) {
+  auto opens_a_codec = [&](std::size_t i) {  // text[i] == '(' right after "values=", "factors=" or "fallback="
+    for (std::string_view key : {"values=", "factors=", "fallback="}) {
+      if (i >= key.size() && text.substr(i - key.size(), key.size()) == key &&
+          (i == key.size() || text[i - key.size() - 1] == ',' || text[i - key.size() - 1] == ':')) {
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<bool> open;  // per '(' still open: whether it holds a codec
+  int depth = 0, deepest = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '(') {
+      open.push_back(opens_a_codec(i));
+      depth += open.back() ? 1 : 0;
+      deepest = std::max(deepest, depth);
+    } else if (text[i] == ')' && !open.empty()) {
+      depth -= open.back() ? 1 : 0;
+      open.pop_back();
+    }
+  }
+  return deepest;
 }
 
 Result<EncodingPlan> check_encoding_plan(std::string_view text) {

@@ -1,7 +1,5 @@
 #include "gcz/detail/value_codec.h"
 
-#include <algorithm>
-
 #include "gcz/codec_spec.h"
 
 namespace gcz::detail {
@@ -11,16 +9,10 @@ Result<ValueCodec> ValueCodec::make(std::string_view outer, const Params& params
   auto it = params.find(key);
   const std::string text = it == params.end() ? std::string(def) : param_to_string(it->second);
   const std::string where = "codec '" + std::string(outer) + "': " + key + "='" + text + "'";
-  // Each level below this one is a value in parentheses: bound the depth before anything recurses.
-  int depth = 0, deepest = 0;
-  for (char c : text) {
-    depth += c == '(' ? 1 : c == ')' ? -1 : 0;
-    deepest = std::max(deepest, depth);
-  }
-  if (deepest + 1 > kMaxValueCodecDepth) {
+  // Bound the depth before anything recurses.
+  if (const int depth = 1 + nested_codec_depth(text); depth > kMaxValueCodecDepth) {
     return invalid_argument("codec '" + std::string(outer) + "': " + key + ": value codecs nest " +
-                            std::to_string(deepest + 1) + " deep, more than " +
-                            std::to_string(kMaxValueCodecDepth));
+                            std::to_string(depth) + " deep, more than " + std::to_string(kMaxValueCodecDepth));
   }
   auto spec = parse_codec_spec(text);
   if (!spec) return spec.status().with_context(where);

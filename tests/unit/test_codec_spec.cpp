@@ -106,6 +106,14 @@ TEST(MakeCodec, ValueCodecsNestAtMost64Deep) {
   // From a file's index as well, where the parameter holds the value codec's spec.
   EXPECT_TRUE(make_codec("topk", Params{{"values", value_spec(most)}}, Backend::kCpu));
   EXPECT_FALSE(make_codec("topk", Params{{"values", value_spec(most + 1)}}, Backend::kCpu));
+  // A word in parentheses is no level; PowerSGD's fallback is one.
+  EXPECT_EQ(nested_codec_depth("topk:values=(qsgd:scale=(max),rounding=(nearest))"), 1);
+  EXPECT_EQ(nested_codec_depth("powersgd:factors=(bf16),fallback=(topk:values=(fp16))"), 2);
+  std::string deep_word = "qsgd:scale=(max)";
+  for (int i = 1; i < most; ++i) deep_word = "topk:values=(" + deep_word + ")";
+  EXPECT_TRUE(make_codec("topk", Params{{"values", deep_word}}, Backend::kCpu));
+  EXPECT_TRUE(make_codec("powersgd", Params{{"fallback", value_spec(most)}}, Backend::kCpu));
+  EXPECT_FALSE(make_codec("powersgd", Params{{"fallback", value_spec(most + 1)}}, Backend::kCpu));
 }
 
 TEST(MakeCodec, KnowsCastCodecsAndRejectsOthers) {

@@ -33,6 +33,10 @@ struct CodecSpec {
 
 Result<CodecSpec> parse_codec_spec(std::string_view text);
 
+// How deep codec-valued parameters (values, factors, fallback) nest inside `text`:
+// "topk:values=(topk:values=(fp16))" is 2, "qsgd:scale=(max)" 0. Counted before anything recurses.
+int nested_codec_depth(std::string_view text);
+
 // A spec split into what the encoder does: the element codec, then an optional zstd stage on every
 // stream (stored compressed only where that makes the stream smaller).
 struct EncodingPlan {

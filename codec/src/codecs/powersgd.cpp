@@ -47,6 +47,11 @@ Result<std::string> canonical_fallback(const Params& params) {
   auto it = params.find("fallback");
   const std::string text = it == params.end() ? std::string("fp16") : param_to_string(it->second);
   const std::string where = "codec 'powersgd': fallback='" + text + "'";
+  // The fallback is a level of codec nesting too (CODECS.md, "Value codecs").
+  if (const int depth = 1 + nested_codec_depth(text); depth > detail::kMaxValueCodecDepth) {
+    return invalid_argument("codec 'powersgd': fallback: value codecs nest " + std::to_string(depth) +
+                            " deep, more than " + std::to_string(detail::kMaxValueCodecDepth));
+  }
   auto spec = parse_codec_spec(text);
   if (!spec) return spec.status().with_context(where);
   if (spec->stages.size() != 1 || spec->stages[0].name == "zstd") {
