@@ -130,7 +130,9 @@ uint64_t tensor_entry_bytes(const TensorRecord& record) {
 }
 
 Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, const std::string& path) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // The parser stops at a NUL byte as at the end of the text; JSON text holds none.
+  json j = text.find('\0') == std::string::npos ? json::parse(text, nullptr, /*allow_exceptions=*/false)
+                                                 : json(json::value_t::discarded);
   if (j.is_discarded() || !j.is_object()) {
     return rule_error(StatusCode::kFormatError, path, "", "index-json", "the index is not a valid JSON object");
   }

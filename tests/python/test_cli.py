@@ -809,18 +809,27 @@ def test_dtype_and_shape_apply_to_raw_files_only(tmp_path):
     assert "r" in names and "embed.weight" in names, names
 
 
+def with_index(src: Path, dst: Path, edit) -> None:
+    """Writes `src` with its index bytes replaced by edit(index bytes), the trailer's length and
+    checksum fixed (the index is the last thing before the trailer)."""
+    import xxhash  # the numpy reader's dependency, installed by .ci/setup.sh
+    b = src.read_bytes()
+    off, length = struct.unpack("<QQ", b[-32:-16])
+    text = edit(b[off:off + length])
+    dst.write_bytes(b[:off] + text + struct.pack("<QQQ", off, len(text), xxhash.xxh3_64_intdigest(text)) + b[-8:])
+
+
 def test_a_tensor_too_large_to_decode_whole_is_refused(tmp_path):
     """A tiny file may claim a Top-K tensor of 2^40 elements; decoding it whole is refused, not tried."""
-    import xxhash  # the numpy reader's dependency, installed by .ci/setup.sh
     np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32))
     gcz("encode", tmp_path / "v.npy", "-o", tmp_path / "v.gcz", "-c", "topk:k=1", "-q", check=True)
-    b = bytearray((tmp_path / "v.gcz").read_bytes())
-    off, length = struct.unpack("<QQ", b[-32:-16])
-    index = json.loads(b[off:off + length])
-    index["tensors"][0]["shape"] = [1 << 40]
-    text = json.dumps(index, separators=(",", ":")).encode()
-    out = bytes(b[:off]) + text + struct.pack("<QQQ", off, len(text), xxhash.xxh3_64_intdigest(text)) + bytes(b[-8:])
-    (tmp_path / "huge.gcz").write_bytes(out)
+
+    def huge(text: bytes) -> bytes:
+        index = json.loads(text)
+        index["tensors"][0]["shape"] = [1 << 40]
+        return json.dumps(index, separators=(",", ":")).encode()
+
+    with_index(tmp_path / "v.gcz", tmp_path / "huge.gcz", huge)
     for command in (["verify", tmp_path / "huge.gcz"], ["decode", tmp_path / "huge.gcz", "-o", tmp_path / "h.npy"]):
         r = gcz(*command)
         assert r.returncode == EXIT_UNSUPPORTED, r
@@ -892,3 +901,11 @@ def test_an_interrupted_decode_to_a_directory_leaves_nothing(tmp_path):
         assert p.returncode == -signal.SIGINT
         left += [x.name for x in tmp_path.iterdir() if x.name.startswith("out")]
     assert left == []  # neither the temporary directory nor a half-written output
+
+
+def test_an_index_with_a_nul_byte_is_not_json(tmp_path):
+    """The JSON parser stopped at a NUL byte as at the end of the text: an index with one after the
+    object was accepted."""
+    with_index(REPO / "tests" / "golden" / "fp16.gcz", tmp_path / "nul.gcz", lambda text: text + b"\0")
+    r = gcz("verify", tmp_path / "nul.gcz")
+    assert r.returncode == EXIT_BAD_INPUT and "index-json" in error_line(r)
