@@ -20,6 +20,8 @@ ParamValue typed_value(const std::string& s) {
   char* end = nullptr;
   long long i = std::strtoll(s.c_str(), &end, 10);
   if (errno == 0 && end == s.c_str() + s.size()) return static_cast<int64_t>(i);
+  // Decimal numbers only: strtod would also read hex floats, "inf" and "nan", which stay words.
+  if (s.find_first_not_of("0123456789+-.eE") != std::string::npos) return s;
   errno = 0;
   double d = std::strtod(s.c_str(), &end);
   if (errno == 0 && end == s.c_str() + s.size()) return d;

@@ -512,8 +512,8 @@ class CodecSpec:
     params: Dict[str, Any]
 
 
-# A decimal number (C strtod takes more: hex, inf, nan; gcz writes none of them). Unambiguous: a
-# string matches in one way only, so a failed match does not backtrack (linear time).
+# A decimal number (docs/CLI.md, "Codec specs": a hex float, inf and nan are words for gcz too).
+# Unambiguous: a string matches in one way only, so a failed match does not backtrack (linear time).
 _NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _DIGITS = re.compile(r"[0-9]+")
 _MIN_NORMAL = 2.2250738585072014e-308
@@ -521,9 +521,9 @@ INT64_MAX = (1 << 63) - 1
 
 
 def _spec_number(s: str) -> Optional[float]:
-    """A number written in a spec string, as gcz reads it: C strtod, and a value that overflows, or
-    underflows (a subnormal or 0 that the literal is not exactly), is not a number (strtod sets
-    ERANGE, and gcz then keeps the word as a string). None: not a number."""
+    """A number written in a spec string, as gcz reads it: C strtod on a decimal literal, and a value
+    that overflows, or underflows (a subnormal or 0 that the literal is not exactly), is not a number
+    (strtod sets ERANGE, and gcz then keeps the word as a string). None: not a number."""
     if len(s) > MAX_NUMBER_CHARS or not _NUMBER.fullmatch(s):
         return None
     x = float(s)

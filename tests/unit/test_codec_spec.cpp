@@ -19,6 +19,15 @@ TEST(CodecSpec, ParsesStagesAndTypedParams) {
   EXPECT_DOUBLE_EQ(std::get<double>(t->stages[0].params.at("ratio")), 0.01);
   EXPECT_EQ(std::get<std::string>(t->stages[0].params.at("values")), "qsgd:bits=8,scale=max");
   EXPECT_EQ(t->to_string(), "topk:ratio=0.01,values=(qsgd:bits=8,scale=max)+zstd");
+
+  // Decimal numbers only (as the numpy reader reads them): a hex float, inf and nan are words.
+  auto u = parse_codec_spec("topk:ratio=0x1p-3,a=inf,b=nan,c=.5,d=5e-1,e=-2");
+  ASSERT_TRUE(u) << u.status().message();
+  const Params& p = u->stages[0].params;
+  for (const char* word : {"ratio", "a", "b"}) EXPECT_TRUE(std::holds_alternative<std::string>(p.at(word))) << word;
+  EXPECT_EQ(std::get<double>(p.at("c")), 0.5);
+  EXPECT_EQ(std::get<double>(p.at("d")), 0.5);
+  EXPECT_EQ(std::get<int64_t>(p.at("e")), -2);
 }
 
 TEST(CodecSpec, RejectsMalformedSpecsWithPosition) {
