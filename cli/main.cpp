@@ -40,7 +40,7 @@ void stop_cleanly_on_signals() {
     while ((n = ::read(g_stop_pipe[0], &b, 1)) < 0 && errno == EINTR) {
     }
     if (n != 1) return;
-    gcz::remove_unfinished_outputs();
+    gcz::remove_unfinished_outputs(/*for_good=*/true);
     std::signal(b, SIG_DFL);
     std::raise(b);
   }).detach();

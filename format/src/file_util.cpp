@@ -7,10 +7,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "gcz/pipeline.h"
 
@@ -29,6 +31,15 @@ std::mutex& temp_mutex() {
 std::set<std::string>& temp_paths() {
   static auto* paths = new std::set<std::string>;
   return *paths;
+}
+
+bool g_outputs_stopped = false;  // remove_unfinished_outputs(for_good): the program is ending
+
+// Called with the registry locked: once outputs are stopped for good, this thread waits for the end.
+void wait_if_stopped(std::unique_lock<std::mutex>& lock) {
+  if (!g_outputs_stopped) return;
+  lock.unlock();
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 // Makes a rename in `path`'s directory durable.
@@ -69,7 +80,8 @@ std::string make_temp_path(const std::string& target) {
   std::string base = target;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   std::string tmp = base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  std::lock_guard<std::mutex> lock(temp_mutex());
+  std::unique_lock<std::mutex> lock(temp_mutex());
+  wait_if_stopped(lock);
   temp_paths().insert(tmp);
   return tmp;
 }
@@ -81,8 +93,9 @@ void forget_temp_path(const std::string& tmp) {
 
 int rename_temp_path(const std::string& tmp, const std::string& dest) {
   // Under the registry's lock: remove_unfinished_outputs never sees a temporary half renamed.
-  std::lock_guard<std::mutex> lock(temp_mutex());
-  if (!temp_paths().count(tmp)) return ENOENT;  // removed already: the program is stopping
+  std::unique_lock<std::mutex> lock(temp_mutex());
+  wait_if_stopped(lock);
+  if (!temp_paths().count(tmp)) return ENOENT;  // removed already
   if (::rename(tmp.c_str(), dest.c_str()) != 0) return errno;
   temp_paths().erase(tmp);
   return 0;
@@ -236,8 +249,9 @@ Status check_output_path(const std::string& path) {
   return Status::ok();
 }
 
-void remove_unfinished_outputs() {
+void remove_unfinished_outputs(bool for_good) {
   std::lock_guard<std::mutex> lock(detail::temp_mutex());
+  detail::g_outputs_stopped = detail::g_outputs_stopped || for_good;
   for (const std::string& p : detail::temp_paths()) {
     // A writer may still be adding files to a temporary directory: remove until it is gone.
     std::error_code ec;

@@ -133,8 +133,10 @@ Status check_output_path(const std::string& path);
 
 // Removes the temporary files and directories of outputs that are being written and not yet in place:
 // for a program stopped by a signal (the gcz CLI calls it on SIGINT, SIGTERM and SIGHUP), so that no
-// partial output is left behind. Thread-safe; not async-signal-safe (call it from a thread that
-// waits for the signal, not from a handler).
-void remove_unfinished_outputs();
+// partial output is left behind. With `for_good` (the program ends next), no output is started or
+// put in place afterwards: a thread that tries waits for the end instead of failing and exiting on
+// its own. Thread-safe; not async-signal-safe (call it from a thread that waits for the signal, not
+// from a handler).
+void remove_unfinished_outputs(bool for_good = false);
 
 }  // namespace gcz
