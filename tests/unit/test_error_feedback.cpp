@@ -39,6 +39,16 @@ fs::path write_step(const fs::path& dir, int step, uint64_t rows = 32) {
   return p;
 }
 
+// Options whose error feedback only measures: sums tracked, nothing fed back.
+EncodeOptions measuring(ErrorFeedback& ef) {
+  ef.set_track_sums(true);
+  ef.set_feedback(false);
+  EncodeOptions o;
+  o.spec = "bf16";
+  o.error_feedback = &ef;
+  return o;
+}
+
 double cumulative_rel(ErrorFeedback& ef, const std::vector<fs::path>& steps, const std::string& spec) {
   EncodeOptions o;
   o.spec = spec;
@@ -248,11 +258,7 @@ TEST(ErrorFeedback, InPlaceConvertedAndChunkedStepsAgree) {
 TEST(ErrorFeedback, SumsRestartWhenAShapeChangesWithoutFeedback) {
   const fs::path d = temp_dir("regrow");
   ErrorFeedback ef;
-  ef.set_track_sums(true);
-  ef.set_feedback(false);
-  EncodeOptions o;
-  o.spec = "bf16";
-  o.error_feedback = &ef;
+  const EncodeOptions o = measuring(ef);
   ASSERT_TRUE(encode_files({write_step(d, 0, 8).string()}, "", o));
   const fs::path step1 = write_step(temp_dir("regrow2"), 1, 32);
   auto r = encode_files({step1.string()}, "", o);
@@ -271,14 +277,16 @@ TEST(ErrorFeedback, SumsRestartWhenAShapeChangesWithoutFeedback) {
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(w->sum_x[i], static_cast<double>(x[i])) << i;
 }
 
-// A tensor "w" of the given shape holding 0, 1, 2, ... (scaled).
-fs::path write_w(const fs::path& dir, const std::string& stem, const Shape& shape) {
+// A tensor "w" of the given shape holding `v`, or 0.001, 0.002, ... when `v` is empty.
+fs::path write_w(const fs::path& dir, const std::string& stem, const Shape& shape, std::vector<float> v = {}) {
   const fs::path p = dir / (stem + ".safetensors");
   std::vector<TensorInfo> infos = {{"w", DType::kFloat32, shape}};
   auto w = create_tensor_file(p.string(), infos, {});
   EXPECT_TRUE(w) << w.status().message();
-  std::vector<float> v(*infos[0].numel());
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1e-3f * static_cast<float>(i + 1);
+  if (v.empty()) {
+    v.resize(*infos[0].numel());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1e-3f * static_cast<float>(i + 1);
+  }
   EXPECT_TRUE((*w)->begin(0));
   EXPECT_TRUE((*w)->write(v.data(), v.size()));
   EXPECT_TRUE((*w)->end());
@@ -289,11 +297,7 @@ fs::path write_w(const fs::path& dir, const std::string& stem, const Shape& shap
 TEST(ErrorFeedback, SumsRestartWhenTheShapeChangesButNotTheElementCount) {
   const fs::path d = temp_dir("reshape");
   ErrorFeedback ef;
-  ef.set_track_sums(true);
-  ef.set_feedback(false);
-  EncodeOptions o;
-  o.spec = "bf16";
-  o.error_feedback = &ef;
+  const EncodeOptions o = measuring(ef);
   ASSERT_TRUE(encode_files({write_w(d, "a", {8, 4}).string()}, "", o));
   ASSERT_TRUE(encode_files({write_w(d, "b", {4, 8}).string()}, "", o));
   const ErrorFeedback::Entry* w = ef.find("w");
@@ -335,30 +339,19 @@ TEST(ErrorFeedback, StepsAreCountedSavedAndSeedEachStep) {
 }
 
 TEST(ErrorFeedback, ResidualsThatWouldNotBeFiniteAreZero) {
-  const fs::path d = temp_dir("nonfinite");
-  const fs::path p = d / "x.safetensors";
-  std::vector<TensorInfo> infos = {{"g", DType::kFloat32, {6}}};
-  const std::vector<float> x = {1.0f, NAN, INFINITY, -INFINITY, 3e38f, 0.1f};
-  {
-    auto w = create_tensor_file(p.string(), infos, {});
-    ASSERT_TRUE(w);
-    ASSERT_TRUE((*w)->begin(0));
-    ASSERT_TRUE((*w)->write(x.data(), x.size()));
-    ASSERT_TRUE((*w)->end());
-    ASSERT_TRUE((*w)->finish());
-  }
+  const fs::path p = write_w(temp_dir("nonfinite"), "x", {6}, {1.0f, NAN, INFINITY, -INFINITY, 3e38f, 0.1f});
   ErrorFeedback ef;
   EncodeOptions o;
   o.spec = "fp16";  // 3e38 becomes +Inf in float16: its error is not finite either
   o.error_feedback = &ef;
   ASSERT_TRUE(encode_files({p.string()}, "", o));
-  const auto* e = reinterpret_cast<const float*>(ef.find("g")->residual.data());
+  const auto* e = reinterpret_cast<const float*>(ef.find("w")->residual.data());
   EXPECT_EQ(e[0], 0.0f);  // 1 is exact in float16
   for (int i = 1; i <= 4; ++i) EXPECT_EQ(e[i], 0.0f) << i;
   EXPECT_TRUE(std::isfinite(e[5]) && e[5] != 0.0f) << e[5];  // 0.1's float16 rounding error is kept
   // A step later the same NaN and infinities are not added again: the residual stays finite.
   ASSERT_TRUE(encode_files({p.string()}, "", o));
-  const auto* e2 = reinterpret_cast<const float*>(ef.find("g")->residual.data());
+  const auto* e2 = reinterpret_cast<const float*>(ef.find("w")->residual.data());
   for (int i = 0; i < 6; ++i) EXPECT_TRUE(std::isfinite(e2[i])) << i;
 }
 
