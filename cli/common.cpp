@@ -134,8 +134,7 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
   app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");
   app.add_option("--report", a.report_format,
-                 "Report format: table, json or csv (the last of --report, --json, "
-                 "--csv wins)")
+                 "Report format: table, json or csv (the last of --report, --json, --csv wins)")
       ->check(CLI::IsMember({"table", "json", "csv"}))
       ->capture_default_str();
   app.add_flag_callback("--json", [&a] { a.report_format = "json"; }, "Same as --report json");
