@@ -1,41 +1,12 @@
 // gcz encode: tensor files in, one .gcz out, report on stdout.
-#include <filesystem>
 #include <memory>
 
 #include "commands.h"
 #include "common.h"
-#include "gcz/codec_spec.h"
 #include "gcz/error_feedback.h"
 #include "report.h"
 
 namespace gcz::cli {
-namespace {
-
-// Whether two paths name the same file (whether or not it exists yet).
-bool same_file(const std::string& a, const std::string& b) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
-  // weakly_canonical leaves a relative path relative: "s.gcz" and "./s.gcz" must compare equal.
-  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec);
-  if (ec) return false;
-  const fs::path cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
-  return !ec && ca == cb;
-}
-
-// Everything about OUTPUT and the state that can be checked before the work: a mistake here should
-// not cost a whole encode (and leave OUTPUT written with the state not updated).
-Status check_outputs(const std::string& output, const std::string& ef_state, const std::string& ef_codec) {
-  GCZ_RETURN_IF_ERROR(check_output_path(output).with_context("-o"));
-  if (ef_state.empty()) return Status::ok();
-  GCZ_RETURN_IF_ERROR(check_output_path(ef_state).with_context("--ef-state"));
-  if (same_file(output, ef_state)) {
-    return invalid_argument("-o and --ef-state name the same file, " + output + "; the state needs a file of its own");
-  }
-  return check_encoding_plan(ef_codec).status().with_context("--ef-codec");
-}
-
-}  // namespace
 
 RunFn add_encode_command(CLI::App& app) {
   struct Args {
@@ -63,7 +34,7 @@ RunFn add_encode_command(CLI::App& app) {
   return [a]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
-    if (Status s = check_outputs(a->output, a->ef_state, a->ef_codec); !s) return report_error(s);
+    if (Status s = check_encode_outputs(a->output, a->ef_state, a->ef_codec); !s) return report_error(s);
     std::optional<ErrorFeedback> ef;
     if (!a->ef_state.empty()) {
       auto loaded = ErrorFeedback::load(a->ef_state);

@@ -10,6 +10,7 @@
 #include "gcz/container.h"
 #include "gcz/pipeline.h"
 #include "error_feedback_step.h"
+#include "file_util.h"
 #include "tensor_encoder.h"
 
 namespace gcz {
@@ -23,8 +24,10 @@ Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeO
   for (std::size_t i = 0; i < o.rules.size(); ++i) {
     if (fnmatch(o.rules[i].glob.c_str(), t.name.c_str(), 0) != 0) continue;
     uses[i].matched = true;
-    if (!rule && numel >= o.min_numel) uses[i].applied = true;
-    if (!rule) rule = &o.rules[i];
+    if (!rule) {
+      rule = &o.rules[i];
+      uses[i].applied = numel >= o.min_numel;
+    }
   }
   if (numel < o.min_numel) return parse_encoding_plan("none");
   EncodingPlan plan = default_plan;
@@ -41,16 +44,13 @@ Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeO
 // Refuses an output that is `input`, or a tensor file inside the directory `input` (which that
 // directory's reader opens: the rename into place would replace an input, or add one).
 Status check_not_an_input(const std::string& output, const std::string& input) {
-  namespace fs = std::filesystem;
   if (output.empty()) return Status::ok();
-  std::error_code ec;
-  if (fs::equivalent(input, output, ec)) {
+  if (detail::same_file(input, output)) {
     return invalid_argument(output + ": the output is also an input; write it elsewhere");
   }
-  if (!fs::is_directory(input, ec) || !tensor_format_from_path(output)) return Status::ok();
-  const fs::path dir = fs::weakly_canonical(fs::absolute(input, ec), ec);
-  const fs::path out = fs::weakly_canonical(fs::absolute(output, ec), ec);
-  if (ec) return Status::ok();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(input, ec) || !tensor_format_from_path(output)) return Status::ok();
+  const std::filesystem::path dir = detail::resolved_path(input), out = detail::resolved_path(output);
   const auto [end, unused] = std::mismatch(dir.begin(), dir.end(), out.begin(), out.end());
   if (end != dir.end()) return Status::ok();
   return invalid_argument(output + ": the output would be a tensor file inside the input directory " + input +

@@ -22,19 +22,13 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 DType working_dtype(DType d) { return d == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
 
-// out[i] = a[i] + sign * b[i] in the working dtype.
+// out[i] = a[i] + b[i].
 template <class T>
-void axpy(const std::byte* a, const std::byte* b, double sign, std::byte* out, uint64_t n) {
+void add(const std::byte* a, const std::byte* b, std::byte* out, uint64_t n) {
   const T* pa = reinterpret_cast<const T*>(a);
   const T* pb = reinterpret_cast<const T*>(b);
   T* po = reinterpret_cast<T*>(out);
-  const T s = static_cast<T>(sign);
-  for (uint64_t i = 0; i < n; ++i) po[i] = pa[i] + s * pb[i];
-}
-
-void add_scaled(DType w, const std::byte* a, const std::byte* b, double sign, std::byte* out, uint64_t n) {
-  if (w == DType::kFloat64) axpy<double>(a, b, sign, out, n);
-  else axpy<float>(a, b, sign, out, n);
+  for (uint64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
 }
 
 // out[i] = a[i] − b[i] where that is finite, else 0.
@@ -198,7 +192,8 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
                               ") but the input is " + shape_to_string(t.shape) + " (" + std::string(dtype_name(w)) +
                               "); a residual is not carried across a change of shape or dtype");
     }
-    add_scaled(w, x, old->residual.data(), 1.0, next.residual.data(), numel);
+    if (w == DType::kFloat64) add<double>(x, old->residual.data(), next.residual.data(), numel);
+    else add<float>(x, old->residual.data(), next.residual.data(), numel);
     xp = next.residual.data();
   }
   // The old residual is spent, and the sums so far move into the new entry (the sums of a tensor whose

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "gcz/codec_spec.h"
 #include "gcz/pipeline.h"
 
 namespace gcz::detail {
@@ -55,6 +56,18 @@ void sync_parent_directory(const std::string& path) {
 uint64_t physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+std::filesystem::path resolved_path(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  return std::filesystem::weakly_canonical(ec ? std::filesystem::path(path) : absolute, ec);
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec)) return std::filesystem::equivalent(a, b, ec);
+  return resolved_path(a) == resolved_path(b);
 }
 
 std::filesystem::path directory_of(const std::string& path) {
@@ -247,6 +260,16 @@ Status check_output_path(const std::string& path) {
     return io_error(path + ": the directory " + dir.string() + " does not exist");
   }
   return Status::ok();
+}
+
+Status check_encode_outputs(const std::string& output, const std::string& ef_state, const std::string& ef_codec) {
+  GCZ_RETURN_IF_ERROR(check_output_path(output).with_context("-o"));
+  if (ef_state.empty()) return Status::ok();
+  GCZ_RETURN_IF_ERROR(check_output_path(ef_state).with_context("--ef-state"));
+  if (detail::same_file(output, ef_state)) {
+    return invalid_argument("-o and --ef-state name the same file, " + output + "; the state needs a file of its own");
+  }
+  return check_encoding_plan(ef_codec).status().with_context("--ef-codec");
 }
 
 void remove_unfinished_outputs(bool for_good) {

@@ -36,6 +36,11 @@ class MappedFile {
 // The machine's physical memory in bytes (0 when unknown).
 uint64_t physical_memory_bytes();
 
+// `path` made absolute, with what exists of it resolved ("s.gcz" and "./s.gcz" give the same).
+std::filesystem::path resolved_path(const std::string& path);
+// Whether two paths name the same file, whether or not it exists yet.
+bool same_file(const std::string& a, const std::string& b);
+
 // The directory that holds `path` ("." for a bare name).
 std::filesystem::path directory_of(const std::string& path);
 

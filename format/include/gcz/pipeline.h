@@ -131,6 +131,13 @@ Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, Dev
 // file and renamed over a regular file only).
 Status check_output_path(const std::string& path);
 
+// What gcz encode checks before any work, so that a mistake does not cost a whole encode (nor leave
+// OUTPUT written with the state not updated): OUTPUT and, with error feedback, the state file pass
+// check_output_path and are not one file, and the residual codec spec passes check_encoding_plan.
+// Messages name the options (-o, --ef-state, --ef-codec).
+Status check_encode_outputs(const std::string& output, const std::string& ef_state = "",
+                            const std::string& ef_codec = "none");
+
 // Removes the temporary files and directories of outputs that are being written and not yet in place:
 // for a program stopped by a signal (the gcz CLI calls it on SIGINT, SIGTERM and SIGHUP), so that no
 // partial output is left behind. With `for_good` (the program ends next), no output is started or
