@@ -124,12 +124,12 @@ struct GczWriter::Impl {
 GczWriter::GczWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GczWriter::~GczWriter() = default;
 
-Result<std::unique_ptr<GczWriter>> GczWriter::create(const std::string& path) {
+Result<std::unique_ptr<GczWriter>> GczWriter::create(const std::string& path, std::optional<FileVersion> replaces) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->index.producer = std::string("gcz ") + GCZ_VERSION;
   if (!path.empty()) {
-    GCZ_ASSIGN_OR_RETURN(impl->file, detail::AtomicFile::create(path));
+    GCZ_ASSIGN_OR_RETURN(impl->file, detail::AtomicFile::create(path, /*durable=*/true, replaces));
   }
   const auto header = detail::encode_header();
   GCZ_RETURN_IF_ERROR(impl->write(header.data(), header.size()));
@@ -208,5 +208,7 @@ Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& met
   w.finished = true;
   return w.pos;
 }
+
+FileVersion GczWriter::version() const { return impl_->file ? impl_->file->version() : FileVersion{}; }
 
 }  // namespace gcz

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 
 #include "error_feedback_step.h"
 #include "gcz/codec_spec.h"
@@ -59,8 +58,9 @@ ErrorFeedback::Entry* ErrorFeedback::find(const std::string& name) {
 
 Result<ErrorFeedback> ErrorFeedback::load(const std::string& path) {
   ErrorFeedback ef;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return ef;
+  ef.file_path_ = path;
+  GCZ_ASSIGN_OR_RETURN(ef.file_version_, FileVersion::of(path));
+  if (!ef.file_version_.exists) return ef;
   GCZ_ASSIGN_OR_RETURN(auto reader, GczReader::open(path));
   const FileIndex& index = reader->index();
   auto meta = index.metadata.find(kMetaKey);
@@ -95,13 +95,19 @@ Result<ErrorFeedback> ErrorFeedback::load(const std::string& path) {
       return format_error(path + ": tensor '" + t.name + "' is neither residual/NAME nor state/NAME");
     }
   }
+  GCZ_ASSIGN_OR_RETURN(const FileVersion after, FileVersion::of(path));
+  if (!(after == ef.file_version_)) {
+    return io_error(path + ": replaced by another process while it was read; run again");
+  }
   return ef;
 }
 
-Status ErrorFeedback::save(const std::string& path, const std::string& residual_spec) const {
+Status ErrorFeedback::save(const std::string& path, const std::string& residual_spec) {
   GCZ_ASSIGN_OR_RETURN(EncodingPlan residual_plan, check_encoding_plan(residual_spec));
   GCZ_ASSIGN_OR_RETURN(EncodingPlan lossless, parse_encoding_plan("none"));
-  GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(path));
+  std::optional<FileVersion> replaces;
+  if (path == file_path_) replaces = file_version_;
+  GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(path, replaces));
   // A residual codec that draws random numbers draws afresh with each save, as the steps do.
   detail::TensorEncoder encoder(*writer, Backend::kCpu, /*seed=*/steps_, uint64_t{1} << 24);
   auto none = [](uint64_t) {};
@@ -122,7 +128,10 @@ Status ErrorFeedback::save(const std::string& path, const std::string& residual_
       GCZ_RETURN_IF_ERROR(encoder.encode(src, lossless, none).status().with_context(path));
     }
   }
-  return writer->finish({{kMetaKey, "1"}, {kStepsKey, std::to_string(steps_)}}).status();
+  GCZ_RETURN_IF_ERROR(writer->finish({{kMetaKey, "1"}, {kStepsKey, std::to_string(steps_)}}).status());
+  file_path_ = path;
+  file_version_ = writer->version();
+  return Status::ok();
 }
 
 namespace detail {

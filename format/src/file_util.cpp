@@ -1,6 +1,7 @@
 #include "file_util.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -104,12 +106,59 @@ void forget_temp_path(const std::string& tmp) {
   temp_paths().erase(tmp);
 }
 
-int rename_temp_path(const std::string& tmp, const std::string& dest) {
+namespace {
+
+FileVersion version_of(const struct stat& st) {
+  return {true, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+// Renames `tmp` over `dest` only if `dest` is still `replaces`: no file (an atomic no-replace
+// rename), or the same file (checked and renamed under an exclusive flock of it, which a second
+// writer of the same version waits for and then finds it replaced). 0, EEXIST when `dest` changed,
+// or the errno.
+int rename_if_unchanged(const std::string& tmp, const std::string& dest, const FileVersion& replaces) {
+  if (!replaces.exists) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dest.c_str(), RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return errno;  // EEXIST: made meanwhile
+    struct stat st {};  // a file system without no-replace renames: look, then rename
+    if (::lstat(dest.c_str(), &st) == 0) return EEXIST;
+    return ::rename(tmp.c_str(), dest.c_str()) == 0 ? 0 : errno;
+  }
+  const int fd = ::open(dest.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? EEXIST : errno;  // removed meanwhile
+  int err = 0;
+  struct stat held {};
+  struct stat named {};
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  if (::fstat(fd, &held) != 0 || ::stat(dest.c_str(), &named) != 0) {
+    err = errno == ENOENT ? EEXIST : errno;
+  } else if (!(version_of(held) == replaces && version_of(named) == replaces)) {
+    err = EEXIST;
+  } else if (::rename(tmp.c_str(), dest.c_str()) != 0) {
+    err = errno;
+  }
+  ::close(fd);  // unlocks, with the new file in place
+  return err;
+}
+
+}  // namespace
+
+int rename_temp_path(const std::string& tmp, const std::string& dest, const std::optional<FileVersion>& replaces) {
   // Under the registry's lock: remove_unfinished_outputs never sees a temporary half renamed.
   std::unique_lock<std::mutex> lock(temp_mutex());
   wait_if_stopped(lock);
   if (!temp_paths().count(tmp)) return ENOENT;  // removed already
-  if (::rename(tmp.c_str(), dest.c_str()) != 0) return errno;
+  // A file replaced keeps its permission bits (a state file kept private stays private).
+  struct stat st {};
+  if (::lstat(dest.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::chmod(tmp.c_str(), st.st_mode & 07777) != 0) {
+    return errno;
+  }
+  if (replaces) {
+    if (const int err = rename_if_unchanged(tmp, dest, *replaces); err != 0) return err;
+  } else if (::rename(tmp.c_str(), dest.c_str()) != 0) {
+    return errno;
+  }
   temp_paths().erase(tmp);
   return 0;
 }
@@ -153,13 +202,15 @@ void MappedFile::release(uint64_t begin, uint64_t end) const {
   if (e > b) ::madvise(data_ + b, e - b, MADV_DONTNEED);
 }
 
-Result<std::unique_ptr<AtomicFile>> AtomicFile::create(const std::string& path, bool durable) {
+Result<std::unique_ptr<AtomicFile>> AtomicFile::create(const std::string& path, bool durable,
+                                                       std::optional<FileVersion> replaces) {
   GCZ_RETURN_IF_ERROR(check_output_file(path));
   std::unique_ptr<AtomicFile> f(new AtomicFile());
   f->path_ = path;
   f->durable_ = durable;
+  f->replaces_ = replaces;
   f->tmp_path_ = make_temp_path(path);
-  f->fd_ = ::open(f->tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  f->fd_ = ::open(f->tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (f->fd_ < 0) {
     const std::string why = errno_text();
     forget_temp_path(f->tmp_path_);
@@ -205,12 +256,19 @@ Status AtomicFile::write_zeros(std::size_t n) {
 Status AtomicFile::commit() {
   // On disk before the rename: after a crash the path holds the old file or the whole new one.
   if (durable_ && ::fsync(fd_) != 0) return io_error(path_ + ": cannot flush to disk: " + errno_text());
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return io_error(path_ + ": cannot stat: " + errno_text());
+  version_ = version_of(st);  // the rename keeps it
   if (::close(fd_) != 0) {
     fd_ = -1;
     return io_error(path_ + ": close failed: " + errno_text());
   }
   fd_ = -1;
-  if (const int err = rename_temp_path(tmp_path_, path_); err != 0) {
+  if (const int err = rename_temp_path(tmp_path_, path_, replaces_); err != 0) {
+    if (replaces_ && err == EEXIST) {
+      return io_error(path_ + ": " + (replaces_->exists ? "replaced or removed" : "created") +
+                      " by another process since it was read; not overwritten, so that update is not lost");
+    }
     return io_error(path_ + ": cannot rename into place: " + std::strerror(err));
   }
   committed_ = true;
@@ -251,6 +309,13 @@ Result<std::string> read_small_file(const std::string& path, uint64_t max_bytes)
 }  // namespace gcz::detail
 
 namespace gcz {
+
+Result<FileVersion> FileVersion::of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return detail::version_of(st);
+  if (errno == ENOENT) return FileVersion{};
+  return io_error(path + ": cannot stat: " + std::strerror(errno));
+}
 
 Status check_output_path(const std::string& path) {
   GCZ_RETURN_IF_ERROR(detail::check_output_file(path));

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "gcz/container.h"
 #include "gcz/status.h"
 
 namespace gcz::detail {
@@ -51,10 +53,11 @@ Status check_output_file(const std::string& path);
 // Temporary paths of outputs not yet in place (files or directories), registered so that
 // remove_unfinished_outputs() (gcz/pipeline.h) can remove them for a program stopped by a signal.
 // make_temp_path names one beside `target` ("TARGET.tmp-PID-N") and registers it; rename_temp_path
-// puts it in place and forgets it (0, or the errno; ENOENT once remove_unfinished_outputs took it);
-// forget_temp_path forgets one that was removed or never made.
+// puts it in place, with the permission bits of the regular file it replaces, and forgets it (0, or
+// the errno; ENOENT once remove_unfinished_outputs took it; with `replaces`, EEXIST when `dest` is no
+// longer that version); forget_temp_path forgets one that was removed or never made.
 std::string make_temp_path(const std::string& target);
-int rename_temp_path(const std::string& tmp, const std::string& dest);
+int rename_temp_path(const std::string& tmp, const std::string& dest, const std::optional<FileVersion>& replaces = {});
 void forget_temp_path(const std::string& tmp);
 
 // fsync of a file written and closed elsewhere (best effort).
@@ -62,11 +65,12 @@ void sync_file(const std::string& path);
 
 // Writes `path` via a temporary file in the same directory; commit() flushes it to disk (unless not
 // `durable`: a file inside a directory output, which is put in place as a whole) and renames it into
-// place. Destroying an uncommitted AtomicFile removes the temporary, so a failed write leaves nothing
-// behind.
+// place, if `path` is still the version `replaces` names (GczWriter::create). Destroying an
+// uncommitted AtomicFile removes the temporary, so a failed write leaves nothing behind.
 class AtomicFile {
  public:
-  static Result<std::unique_ptr<AtomicFile>> create(const std::string& path, bool durable = true);
+  static Result<std::unique_ptr<AtomicFile>> create(const std::string& path, bool durable = true,
+                                                    std::optional<FileVersion> replaces = std::nullopt);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -75,6 +79,7 @@ class AtomicFile {
   Status write_zeros(std::size_t n);
   uint64_t position() const { return pos_; }
   Status commit();
+  const FileVersion& version() const { return version_; }  // once committed: the file put in place
   const std::string& path() const { return path_; }
 
  private:
@@ -85,6 +90,8 @@ class AtomicFile {
   uint64_t pos_ = 0;
   bool durable_ = true;
   bool committed_ = false;
+  std::optional<FileVersion> replaces_;
+  FileVersion version_;
 };
 
 // Reads the whole file into a string, refusing files larger than max_bytes.

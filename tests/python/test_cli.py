@@ -661,6 +661,22 @@ def test_encode_refuses_an_output_it_would_clobber(case, tmp_path):
 
 
 @needs_samples
+def test_outputs_replaced_keep_their_permissions_and_new_ones_follow_the_umask(tmp_path):
+    out, state = tmp_path / "out.gcz", tmp_path / "ef.gcz"
+    args = ["encode", SAMPLE, "-o", out, "--ef-state", state, "-c", "topk", "-q"]
+    gcz(*args, check=True)
+    for path in (out, state):
+        path.chmod(0o600)
+    gcz(*args, check=True)
+    assert [oct(p.stat().st_mode & 0o777) for p in (out, state)] == ["0o600"] * 2
+    new = tmp_path / "new.gcz"
+    r = subprocess.run([str(GCZ), "encode", str(SAMPLE), "-o", str(new), "-q"], capture_output=True, text=True,
+                       timeout=300, preexec_fn=lambda: os.umask(0o027))
+    assert r.returncode == 0, r.stderr
+    assert oct(new.stat().st_mode & 0o777) == "0o640"
+
+
+@needs_samples
 @pytest.mark.parametrize("extra, code, words", [
     (["--ef-codec", "fp17"], EXIT_USAGE, "--ef-codec: codec spec 'fp17'"),
     (["--ef-codec", "topk:values=(powersgd)"], EXIT_USAGE, "a 256x256 float32 tensor is refused"),

@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "gcz/container.h"
@@ -307,6 +310,65 @@ TEST(ErrorFeedback, SumsRestartWhenTheShapeChangesButNotTheElementCount) {
   for (std::size_t i = 0; i < 32; ++i) {
     ASSERT_EQ(w->sum_x[i], static_cast<double>(1e-3f * static_cast<float>(i + 1))) << i;
   }
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Two runs that use one state file at once both start from the same state: the first to save
+// updates it, and the second is refused rather than replacing that update.
+TEST(ErrorFeedback, SaveRefusesToLoseAnotherRunsUpdate) {
+  const fs::path d = temp_dir("race");
+  const std::string state = (d / "ef.gcz").string();
+  const std::string step = write_step(d, 0).string();
+  auto run = [&](ErrorFeedback& ef) {
+    EncodeOptions o;
+    o.spec = "topk:ratio=0.25";
+    o.error_feedback = &ef;
+    ASSERT_TRUE(encode_files({step}, "", o));
+  };
+  auto expect_refused = [&](ErrorFeedback& ef, const std::string& words) {
+    const std::string before = fs::exists(state) ? file_bytes(state) : "(none)";
+    Status s = ef.save(state);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.code(), StatusCode::kIoError);
+    EXPECT_NE(s.message().find(state + ": " + words + " by another process"), std::string::npos) << s.message();
+    EXPECT_EQ(fs::exists(state) ? file_bytes(state) : "(none)", before);  // the other run's update stands
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(d)) left.push_back(e.path().filename().string());
+    std::sort(left.begin(), left.end());
+    EXPECT_EQ(left, fs::exists(state) ? std::vector<std::string>({"ef.gcz", "step_0.safetensors"})
+                                      : std::vector<std::string>({"step_0.safetensors"}));  // no temporary
+  };
+
+  // No state yet: the first save creates it, the second does not replace it.
+  auto a = ErrorFeedback::load(state), b = ErrorFeedback::load(state);
+  ASSERT_TRUE(a && b);
+  run(*a);
+  run(*b);
+  ASSERT_TRUE(a->save(state));
+  expect_refused(*b, "created");
+
+  // A state both read: the first save replaces it, the second does not.
+  a = ErrorFeedback::load(state);
+  b = ErrorFeedback::load(state);
+  ASSERT_TRUE(a && b);
+  run(*a);
+  run(*b);
+  ASSERT_TRUE(a->save(state));
+  expect_refused(*b, "replaced or removed");
+  ASSERT_TRUE(a->save(state));  // the file it wrote itself is the one it may replace
+  auto back = ErrorFeedback::load(state);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->steps(), 2u);
+
+  // Removed meanwhile: not written again (whoever removed it meant to start over).
+  fs::remove(state);
+  expect_refused(*a, "replaced or removed");
+  // Saved to another path, it writes there: only the file it read is guarded.
+  EXPECT_TRUE(b->save((d / "other.gcz").string()));
 }
 
 TEST(ErrorFeedback, StepsAreCountedSavedAndSeedEachStep) {

@@ -75,10 +75,23 @@ std::string chain_to_string(const std::vector<CodecStage>& chain);
 // The index as FORMAT.md §5 writes it (JSON text).
 std::string index_to_json(const FileIndex& index);
 
+// Which file a path named when it was read: for a writer that must not replace a file changed since
+// (another process's update would be lost without a word).
+struct FileVersion {
+  bool exists = false;  // false: the path named no file
+  uint64_t device = 0, inode = 0;
+  bool operator==(const FileVersion&) const = default;
+  static Result<FileVersion> of(const std::string& path);  // kIoError only when the path cannot be examined
+};
+
 class GczWriter {
  public:
   // Writes to a temporary file next to `path`; an empty path counts bytes without writing (for eval).
-  static Result<std::unique_ptr<GczWriter>> create(const std::string& path);
+  // With `replaces`, finish() puts the file in place only if `path` still names that version (no
+  // file, or the same file), checked and renamed under a lock; otherwise it fails with kIoError and
+  // leaves `path` as it found it.
+  static Result<std::unique_ptr<GczWriter>> create(const std::string& path,
+                                                   std::optional<FileVersion> replaces = std::nullopt);
   ~GczWriter();
 
   // Starts a tensor. `record` gives info, chain, seed and the stream names (offsets etc. are filled
@@ -93,6 +106,8 @@ class GczWriter {
   void attach_metrics(const Metrics& metrics);
   // Writes the index and trailer and renames the file into place. Returns the file size.
   Result<uint64_t> finish(const std::map<std::string, std::string>& metadata);
+  // Once finish() succeeded: the file it put in place, as FileVersion::of would name it then.
+  FileVersion version() const;
 
   // Bytes the current tensor's index entry takes (without metrics), for the report.
   uint64_t index_entry_bytes(const TensorRecord& record) const;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gcz/codec.h"
+#include "gcz/container.h"
 #include "gcz/status.h"
 #include "gcz/tensor.h"
 
@@ -41,8 +42,11 @@ class ErrorFeedback {
   // Loads a state file written by save(); a path that does not exist gives an empty state.
   static Result<ErrorFeedback> load(const std::string& path);
   // Writes every entry to `path` atomically, residuals with `residual_spec` (lossless "none" by
-  // default; a lossy codec makes a smaller file whose residuals are approximate).
-  Status save(const std::string& path, const std::string& residual_spec = "none") const;
+  // default; a lossy codec makes a smaller file whose residuals are approximate). Saved to the path
+  // it was last loaded from or saved to, it replaces only the file it read or wrote there (or, if
+  // there was none, creates the file only if none has appeared): when another process has updated
+  // the state meanwhile, it fails with kIoError and leaves that update in place, rather than lose it.
+  Status save(const std::string& path, const std::string& residual_spec = "none");
 
   // Keep the running sums of x and x̂ so reports can say how far Σx̂ is from Σx (gcz eval --steps).
   void set_track_sums(bool on) { track_sums_ = on; }
@@ -67,6 +71,8 @@ class ErrorFeedback {
   bool track_sums_ = false;
   bool feedback_ = true;
   uint64_t steps_ = 0;
+  std::string file_path_;  // the path last loaded or saved, and the file it named then
+  FileVersion file_version_;
 };
 
 }  // namespace gcz
