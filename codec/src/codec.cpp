@@ -1,7 +1,10 @@
 #include "gcz/codec.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include <xxhash.h>
 
@@ -35,8 +38,17 @@ Result<int64_t> get_int_param(const Params& p, std::string_view codec, std::stri
   auto it = p.find(key);
   if (it == p.end()) return def;
   if (const auto* i = std::get_if<int64_t>(&it->second)) return *i;
-  return invalid_argument("codec '" + std::string(codec) + "': parameter '" + std::string(key) +
-                          "' must be an integer, got '" + param_to_string(it->second) + "'");
+  const std::string what = "codec '" + std::string(codec) + "': parameter '" + std::string(key) + "'";
+  if (const auto* d = std::get_if<double>(&it->second); d && *d == std::floor(*d)) {
+    if (std::fabs(*d) < 0x1p63) {  // "3.0", "1e6": whole, but written as a decimal number
+      return invalid_argument(what + " must be an integer, got the decimal number " + param_to_string(it->second) +
+                              " (write it without a point or exponent)");
+    }
+    return invalid_argument(what + " must be an integer from " + std::to_string(std::numeric_limits<int64_t>::min()) +
+                            " to " + std::to_string(std::numeric_limits<int64_t>::max()) + ", got '" +
+                            param_to_string(it->second) + "'");
+  }
+  return invalid_argument(what + " must be an integer, got '" + param_to_string(it->second) + "'");
 }
 
 Result<double> get_number_param(const Params& p, std::string_view codec, std::string_view key, double def) {
@@ -44,8 +56,14 @@ Result<double> get_number_param(const Params& p, std::string_view codec, std::st
   if (it == p.end()) return def;
   if (const auto* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
   if (const auto* d = std::get_if<double>(&it->second)) return *d;
-  return invalid_argument("codec '" + std::string(codec) + "': parameter '" + std::string(key) +
-                          "' must be a number, got '" + param_to_string(it->second) + "'");
+  const std::string text = param_to_string(it->second);
+  errno = 0;
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  const bool out_of_range = errno == ERANGE && !text.empty() && end == text.c_str() + text.size();
+  const char* what = out_of_range ? "a number float64 can hold (magnitudes from about 2.2e-308 to 1.8e308)" : "a number";
+  return invalid_argument("codec '" + std::string(codec) + "': parameter '" + std::string(key) + "' must be " + what +
+                          ", got '" + text + "'");
 }
 
 Result<std::string> get_choice_param(const Params& p, std::string_view codec, std::string_view key,

@@ -101,6 +101,27 @@ TEST(EncodingPlan, CheckRefusesACodecThatRefusesEveryTensor) {
   EXPECT_TRUE(check_encoding_plan("powersgd:rank=2,factors=(powersgd:rank=1,min_rate=1.9)"));
 }
 
+TEST(MakeCodec, NumericParametersSayWhatIsWrong) {
+  auto message = [](const char* spec) {
+    auto r = check_encoding_plan(spec);
+    EXPECT_FALSE(r) << spec;
+    return r ? std::string() : r.status().message();
+  };
+  EXPECT_NE(message("qsgd:bits=4.5").find("'bits' must be an integer, got '4.5'"), std::string::npos);
+  for (const char* whole : {"qsgd:bits=4.0", "qsgd:bits=4e0"}) {
+    EXPECT_NE(message(whole).find("'bits' must be an integer, got the decimal number 4 (write it without a point"),
+              std::string::npos)
+        << whole;
+  }
+  // A whole number beyond int64 is read as a double: its range is what is wrong, not its being whole.
+  const std::string range = "must be an integer from -9223372036854775808 to 9223372036854775807, got ";
+  EXPECT_NE(message("topk:k=100000000000000000000000").find("'k' " + range + "'1e23'"), std::string::npos);
+  EXPECT_NE(message("topk:ratio=1e-400").find("'ratio' must be a number float64 can hold"), std::string::npos);
+  EXPECT_NE(message("topk:ratio=1e400").find("'ratio' must be a number float64 can hold"), std::string::npos);
+  EXPECT_NE(message("topk:ratio=1.2.3").find("'ratio' must be a number, got '1.2.3'"), std::string::npos);
+  EXPECT_NE(message("qsgd:group=-100000000000000000000000").find("'group' " + range + "'-1e23'"), std::string::npos);
+}
+
 TEST(MakeCodec, ValueCodecsNestAtMost64Deep) {
   auto value_spec = [](int levels) {  // `levels` value codecs, one inside the other, fp16 innermost
     std::string spec = "fp16";
