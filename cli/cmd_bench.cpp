@@ -1,5 +1,4 @@
 // gcz bench: codec throughput in GB/s beside memcpy measured in the same run.
-#include <unistd.h>
 
 #include <cstdio>
 #include <functional>
@@ -134,17 +133,11 @@ RunFn add_bench_command(CLI::App& app) {
       }
     }
     if (a->inputs.empty()) {
-      // The run holds about five copies of the data: the input, the memcpy yardstick's copy, the
-      // streams, the decoded values, and a stream's unzstd'd bytes.
-      const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-      const int64_t ram_mib =
-          pages > 0 && page > 0 ? static_cast<int64_t>((static_cast<uint64_t>(pages) * page) >> 20) : 0;
-      const int64_t most = ram_mib > 0 ? ram_mib / 5 : int64_t{1} << 24;  // 16 TiB when the size is unknown
+      const int64_t most = static_cast<int64_t>(bench_max_synthetic_bytes() >> 20);
       if (a->size_mib < 1 || a->size_mib > most) {
-        const std::string why = ram_mib > 0 ? " (the run holds about five copies of the data, and this machine has " +
-                                                  std::to_string(ram_mib) + " MiB)"
-                                            : "";
-        return report_error(invalid_argument("--size-mib must be 1.." + std::to_string(most) + why + ", got " +
+        return report_error(invalid_argument("--size-mib must be 1.." + std::to_string(most) +
+                                             " on this machine (a fifth of its memory: the run holds about five "
+                                             "copies of the data), got " +
                                              std::to_string(a->size_mib)));
       }
     }

@@ -15,6 +15,7 @@
 
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
+#include "file_util.h"
 #include "parallel.h"
 
 namespace gcz {
@@ -323,6 +324,11 @@ Result<BenchYardstick> measure_yardstick(const std::byte* src, std::byte* dst, s
 
 }  // namespace
 
+uint64_t bench_max_synthetic_bytes() {
+  const uint64_t memory = detail::physical_memory_bytes();
+  return memory > 0 ? memory / 5 : uint64_t{1} << 44;
+}
+
 Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options) {
   // The options first: a typo fails at once, before the inputs are read and minutes are measured.
   if (options.repeats < 1) {
@@ -334,6 +340,12 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
       return invalid_argument("thread counts must be 1.." + std::to_string(kBenchMaxThreads) + ", got " +
                               std::to_string(threads));
     }
+  }
+  if (options.inputs.empty() && options.synthetic_bytes > bench_max_synthetic_bytes()) {
+    return invalid_argument("synthetic data of " + std::to_string(options.synthetic_bytes >> 20) +
+                            " MiB is more than this machine allows, " +
+                            std::to_string(bench_max_synthetic_bytes() >> 20) +
+                            " MiB (a fifth of its memory: the run holds about five copies of the data)");
   }
   BenchResult result;
   GCZ_ASSIGN_OR_RETURN(result.backend, resolve_backend(options.device));

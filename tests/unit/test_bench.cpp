@@ -135,6 +135,8 @@ TEST(Bench, RefusesBadOptionsAndSpecsBeforeMeasuring) {
   zero_repeats.repeats = 0;
   BenchOptions missing_input = small({1});  // the spec is refused before the inputs are read
   missing_input.inputs = {"/nonexistent/dir/grads.safetensors"};
+  BenchOptions too_large = small({1});  // refused before a byte of it is made
+  too_large.synthetic_bytes = bench_max_synthetic_bytes() + 1;
   std::vector<Case> cases = {
       {{"fp16"}, small({}), "thread counts"},
       {{"fp16"}, small({1, 0}), "thread counts"},
@@ -144,6 +146,7 @@ TEST(Bench, RefusesBadOptionsAndSpecsBeforeMeasuring) {
       {{"fp16", "qsgd:bits=9"}, small({1}), "qsgd:bits=9"},
       {{"fp16+zstd:level=0"}, small({1}), "level"},
       {{"fp17"}, missing_input, "fp17"},
+      {{"fp16"}, too_large, "a fifth of its memory"},
   };
   for (Case& c : cases) {
     bool measured = false;

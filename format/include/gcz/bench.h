@@ -61,12 +61,18 @@ struct BenchResult {
   std::vector<BenchRow> rows;
 };
 
+// The most synthetic bytes run_bench takes on this machine: a fifth of its physical memory, since a
+// run holds about five copies of the data (the input, the memcpy yardstick's copy, the streams, the
+// decoded values, a stream's bytes before zstd); 16 TiB where the memory is unknown.
+uint64_t bench_max_synthetic_bytes();
+
 // Encodes and decodes the data in memory with each spec (the codec and its zstd stage; no file I/O)
 // on each thread count (element-wise codecs split every tensor into one piece per thread; a tensor
 // the codec does not suit goes to its fallback, as gcz encode would) and times it against a
 // single-threaded memcpy of the same bytes. Rows come per spec, then per distinct thread count in
 // the order given (a GPU backend has one row per spec, threads 1). The yardsticks are measured first.
-// Errors: kInvalidArgument for repeats < 1, no or out-of-range thread counts, a spec that does not
+// Errors: kInvalidArgument for repeats < 1, no or out-of-range thread counts, synthetic data larger
+// than bench_max_synthetic_bytes(), a spec that does not
 // parse or make its codec on the backend, and inputs with no elements (all before anything is
 // measured but the last); the readers' errors for the inputs; kDeviceError when the backend is not usable.
 Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options);
