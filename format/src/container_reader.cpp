@@ -70,7 +70,11 @@ class ZstdCursor : public StreamCursor {
       last_ = ZSTD_decompressStream(dctx_, &out, &in_);
       if (ZSTD_isError(last_)) return frame_error(ZSTD_getErrorName(last_));
       if (in_.pos == before_in && out.pos == before_out) return frame_error("the frame ends before its declared size");
-      if (last_ == 0 && out.pos < out.size) return frame_error("the frame ends before its declared size");
+      if (last_ == 0 && out.pos < out.size) {
+        return frame_error(in_.pos < in_.size ? "the frame ends before its declared size, and bytes follow it "
+                                                "(a stream is one frame)"
+                                              : "the frame ends before its declared size");
+      }
     }
     produced_ += n;
     file_.release(s_.offset, s_.offset + in_.pos);
@@ -166,6 +170,7 @@ Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_o
   auto codec_fail = [&](const std::string& detail) {
     return fail("unknown-codec", detail, StatusCode::kUnsupported, name);
   };
+  if (t.rng != kRngName) return codec_fail("unknown rng '" + t.rng + "' (the format has " + kRngName + ")");
   if (t.chain.size() > 2) return codec_fail("the chain has more than one stage after the element codec");
   if (t.chain.size() == 2) {
     const CodecStage& st = t.chain[1];
@@ -205,11 +210,14 @@ Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_o
       return fail("bad-encoding", where + " is zstd but the chain has no zstd stage", StatusCode::kFormatError, name);
     }
     // Exact streams must have the codec's size; data-dependent ones at most its bound.
+    // A codec that gives no size does not take the tensor (PowerSGD's fallback tensors): no stream fits.
     auto want = (*codec)->stream_size(t.info, i, 0, numel);
+    if (!want) return fail("stream-size", where + ": " + want.status().message(), StatusCode::kFormatError, name);
     const bool exact = (*codec)->exact_size(i);
-    if (!want || (exact ? *want != s.size : s.size > *want)) {
-      return fail("stream-size", where + " size " + std::to_string(s.size) + (exact ? " differs from" : " exceeds") +
-                                     " the codec's " + (want ? std::to_string(*want) : want.status().message()),
+    if (exact ? *want != s.size : s.size > *want) {
+      return fail("stream-size",
+                  where + " size " + std::to_string(s.size) + (exact ? " differs from" : " exceeds") + " the codec's " +
+                      std::to_string(*want),
                   StatusCode::kFormatError, name);
     }
     if (s.encoding == StreamEncoding::kZstd && s.length == 0) {

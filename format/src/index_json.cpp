@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -130,11 +131,30 @@ uint64_t tensor_entry_bytes(const TensorRecord& record) {
 }
 
 Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, const std::string& path) {
+  // RFC 8259 leaves an object that has a key twice to each parser (most keep the last): gcz refuses
+  // one, so that every reader sees the same index.
+  std::vector<std::set<std::string>> keys;  // of each object being parsed, innermost last
+  std::string twice;
+  auto note_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second &&
+               twice.empty()) {
+      twice = parsed.get<std::string>();
+    }
+    return true;
+  };
   // The parser stops at a NUL byte as at the end of the text; JSON text holds none.
-  json j = text.find('\0') == std::string::npos ? json::parse(text, nullptr, /*allow_exceptions=*/false)
+  json j = text.find('\0') == std::string::npos ? json::parse(text, note_keys, /*allow_exceptions=*/false)
                                                  : json(json::value_t::discarded);
   if (j.is_discarded() || !j.is_object()) {
     return rule_error(StatusCode::kFormatError, path, "", "index-json", "the index is not a valid JSON object");
+  }
+  if (!twice.empty()) {
+    return rule_error(StatusCode::kFormatError, path, "", "index-json",
+                      "an object of the index has the key '" + twice + "' twice");
   }
   FileIndex index;
   std::string current;  // tensor being parsed, for messages

@@ -106,6 +106,7 @@ MAX_NAME = 4096
 MAX_DIMS = 32
 MAX_NUMEL = 1 << 48
 U64_MAX = (1 << 64) - 1
+RNG = "philox4x32-10"  # the only random generator of format 1 (FORMAT.md §5.2)
 ZSTD_MAX_RATIO = 65536
 ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 SUPPORTED_MAJOR = 1
@@ -1177,6 +1178,16 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """FORMAT.md §5: an object with a key twice is refused (JSON leaves which one counts open)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"an object of the index has the key {twice!r} twice")
+    return obj
+
+
 def _check_values(obj: Any) -> None:
     """Reject strings that cannot be UTF-8 (lone surrogates written as \\uD800 escapes), and
     numbers beyond float64 (gcz reads a JSON number as a float64 or a 64-bit integer)."""
@@ -1207,7 +1218,7 @@ def _parse_index(raw: bytes) -> Dict[str, Any]:
         if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM is tolerated (as gcz does)
             raw = raw[3:]
         text = raw.decode("utf-8")  # strict: invalid UTF-8 is rejected
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
         _check_values(obj)
     except (ValueError, RecursionError, UnicodeError) as e:
         raise GczFormatError("index-json", f"the index is not valid UTF-8 JSON ({e})") from None
@@ -1387,6 +1398,8 @@ class GczFile:
             numel *= d
         if numel > MAX_NUMEL:
             raise GczFormatError("bad-shape", f"shape {shape} has more than 2^48 elements", name)
+        if rng != RNG:
+            raise GczFormatError("unknown-codec", f"unknown rng {rng!r} (the format has {RNG})", name)
         stages, spec = _validate_chain(chain, name)
         has_zstd = len(stages) > 1
         ecodec = stages[0]["name"]

@@ -312,6 +312,8 @@ def make_gcz_corpus() -> None:
     add("index-json-trailing", base(raw_index=lambda b: b + b"}"), "a second '}' after the index object")
     add("index-json-nan", base(raw_index=lambda b: b.replace(b'"seed":0', b'"seed":NaN', 1)),
         "NaN (not JSON) as a seed")
+    add("index-json-duplicate-key", base(raw_index=lambda b: b.replace(b'"seed":0', b'"seed":0,"seed":0', 1)),
+        "a tensor object has the key 'seed' twice (RFC 8259 leaves which one counts to the parser)")
     add("index-schema", base(edit=lambda o: pop_key(o, "producer")), "the required key 'producer' is missing")
     add("index-schema-missing-seed", base(edit=edit_tensor(0, lambda t: pop_key(t, "seed"))),
         "a tensor lacks 'seed'")
@@ -375,6 +377,7 @@ def make_gcz_corpus() -> None:
         "zstd stage without 'level'")
     add("unknown-codec-zstd-level-string", base(b=b_with(B_FRAME, codec=fp16() + [{"name": "zstd", "params": {"level": "3"}}])),
         "zstd level \"3\"")
+    add("unknown-codec-rng", base(a=a_with(tensor={"rng": "mt19937"})), "rng 'mt19937', not philox4x32-10")
     add("unknown-codec-zstd-extra-param",
         base(b=b_with(B_FRAME, codec=fp16() + [{"name": "zstd", "params": {"level": 3, "window": 20}}])),
         "zstd stage with a second parameter")

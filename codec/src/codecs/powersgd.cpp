@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 
@@ -113,8 +114,10 @@ Result<std::string> fallback_reason(const TensorInfo& t, const Config& c) {
     return "its " + std::to_string(d.n) + " x " + std::to_string(d.m) + " matrix has a side above 2^31-1 (the BLAS limit)";
   }
   if (detail::powersgd_too_small(d.n, d.m, static_cast<uint64_t>(c.rank), dtype_size(t.dtype), c.min_rate)) {
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g", c.min_rate);  // 1000, not the spec's exact 1e03
     return "rank-" + std::to_string(c.rank) + " factors of its " + std::to_string(d.n) + " x " + std::to_string(d.m) +
-           " matrix would not make it min_rate=" + param_to_string(c.min_rate) + " times smaller";
+           " matrix would not make it min_rate=" + rate + " times smaller";
   }
   return std::string();
 }
