@@ -5,7 +5,7 @@
 namespace gcz::detail {
 
 std::optional<std::optional<DType>> cast_codec_target(std::string_view name) {
-  if (name == "none") return std::optional<DType>{};
+  if (name == "none") return std::optional<std::optional<DType>>(std::in_place);  // a known codec, no cast
   if (name == "fp32") return std::optional<DType>{DType::kFloat32};
   if (name == "fp16") return std::optional<DType>{DType::kFloat16};
   if (name == "bf16") return std::optional<DType>{DType::kBFloat16};
@@ -15,7 +15,7 @@ std::optional<std::optional<DType>> cast_codec_target(std::string_view name) {
 Result<uint64_t> CastCodec::stream_size(const TensorInfo& t, std::size_t stream, uint64_t, uint64_t count) const {
   if (stream != 0) return internal_error("cast codec has one stream");
   auto bytes = checked_mul(count, dtype_size(stored_dtype(t)));
-  if (!bytes) return format_error("tensor '" + t.name + "': stream size overflows");
+  if (!bytes) return format_error("stream size overflows");
   return *bytes;
 }
 
@@ -33,7 +33,7 @@ Status CastCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& in, u
                          void* dst) {
   GCZ_ASSIGN_OR_RETURN(uint64_t expect, stream_size(t, 0, first, count));
   if (in.size() != 1 || in[0].size() != expect) {
-    return format_error("tensor '" + t.name + "': stream 'values' has the wrong size for its shape");
+    return format_error("stream 'values' has the wrong size for its shape");
   }
   return convert(stored_dtype(t), in[0].data(), t.dtype, dst, count);
 }

@@ -62,7 +62,7 @@ Status ValueCodec::decode(const Shape& shape, const ByteSpan* in, float* values,
   GCZ_ASSIGN_OR_RETURN(uint64_t n, t.numel());
   std::vector<ByteSpan> streams(in, in + names_.size());
   inner_->set_context(inner_context(outer));
-  return inner_->decode(t, streams, 0, n, values);
+  return inner_->decode(t, streams, 0, n, values).with_context(key_);  // which level of a nested spec
 }
 
 }  // namespace gcz::detail

@@ -209,7 +209,7 @@ Result<std::unique_ptr<TensorFileReader>> open_directory_reader(const std::strin
 
 WriterResult create_directory_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
                                      const WriteOptions& options) {
-  GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, ".npy"));
+  GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, "a directory of .npy files"));
   for (const TensorInfo& t : tensors) GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));
   GCZ_RETURN_IF_ERROR(check_output_directory(path));
   auto temp = std::make_unique<TempPath>(path);

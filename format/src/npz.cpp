@@ -363,7 +363,7 @@ Result<std::unique_ptr<TensorFileReader>> open_npz_reader(const std::string& pat
 
 WriterResult create_npz_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
                                const WriteOptions& options) {
-  GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, ".npy"));
+  GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, ".npz"));
   // Member NAME.npy: a name that climbs out of the archive's root ("../x", "/x") would be written
   // there by an unzip.
   for (const TensorInfo& t : tensors) GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));

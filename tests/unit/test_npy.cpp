@@ -362,6 +362,13 @@ TEST_F(NpyTest, RefusesBfloat16UnlessWidened) {
   EXPECT_EQ(
       refused.status().message(),
       p + ": tensor 'b' is bfloat16, which .npy cannot hold; pass --widen to write float32, or write .safetensors");
+  // .npz and a directory name themselves.
+  for (const auto& [out, holder] :
+       {std::pair<std::string, std::string>{dir_ + "/b.npz", ".npz"}, {dir_ + "/d/", "a directory of .npy files"}}) {
+    auto r = create_tensor_file(out, {{"b", DType::kBFloat16, {3}}}, {});
+    ASSERT_FALSE(r) << out;
+    EXPECT_NE(r.status().message().find("which " + holder + " cannot hold"), std::string::npos) << r.status().message();
+  }
 
   const std::vector<uint16_t> bf = {0x3F80, 0xC040, 0x7F80};  // 1, -3, +Inf
   WriteOptions widen;

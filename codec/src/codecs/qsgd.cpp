@@ -120,7 +120,7 @@ Status QsgdCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& in, u
   GCZ_ASSIGN_OR_RETURN(uint64_t code_bytes, stream_size(t, 0, first, count));
   GCZ_ASSIGN_OR_RETURN(uint64_t scale_bytes, stream_size(t, 1, first, count));
   if (in.size() != 2 || in[0].size() != code_bytes || in[1].size() != scale_bytes) {
-    return format_error("codec 'qsgd': tensor '" + t.name + "': streams have the wrong size for its shape");
+    return format_error("codec 'qsgd': streams have the wrong size for its shape");
   }
   if (first % unit_ != 0) return internal_error("codec 'qsgd': chunk does not start at a chunk unit");
   const uint64_t most = std::min(span_, count);
@@ -137,10 +137,10 @@ Status QsgdCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& in, u
         o_.bits, {reinterpret_cast<const uint8_t*>(in[0].data()) + a * o_.bits / 8, in[1].data() + a / o_.group * ssize,
                   len, o_.group, o_.scale_dtype, step_.data(), scale_.data(), codes_.data(), y});
     if (e == QsgdSpanError::kBadScale) {
-      return format_error("codec 'qsgd': tensor '" + t.name + "': a scale is negative or not finite");
+      return format_error("codec 'qsgd': a scale is negative or not finite");
     }
     if (e == QsgdSpanError::kPadding) {
-      return format_error("codec 'qsgd': tensor '" + t.name + "': the last code byte has nonzero padding bits");
+      return format_error("codec 'qsgd': the last code byte has nonzero padding bits");
     }
     if (t.dtype != DType::kFloat32) convert_elements(DType::kFloat32, y, t.dtype, out, len);
   }

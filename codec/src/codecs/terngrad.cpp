@@ -202,14 +202,14 @@ Status TernGradCodec::decode_spans(const TensorInfo& t, const std::vector<ByteSp
     for (uint64_t g = 0; g < groups; ++g) {
       std::memcpy(&w.s[g], in[1].data() + (o_.group_scale ? (a / o_.group + g) * 4 : 0), 4);
       if (!(w.s[g] >= 0.0f && w.s[g] <= 3.40282346638528859812e+38f)) {
-        return format_error("codec 'terngrad': tensor '" + t.name + "': a scale is negative or not finite");
+        return format_error("codec 'terngrad': a scale is negative or not finite");
       }
     }
     auto* out = static_cast<std::byte*>(dst) + a * esize;
     float* y = t.dtype == DType::kFloat32 ? reinterpret_cast<float*>(out) : w.y.data();
     if (!terngrad_decode_span({reinterpret_cast<const uint8_t*>(in[0].data()) + a / per_byte, len, piece_,
                                w.s.data(), o_.base3, w.trits.data(), y})) {
-      return format_error("codec 'terngrad': tensor '" + t.name + "': invalid trit byte or nonzero padding");
+      return format_error("codec 'terngrad': invalid trit byte or nonzero padding");
     }
     if (t.dtype != DType::kFloat32) convert_elements(DType::kFloat32, y, t.dtype, out, len);
   }
@@ -221,7 +221,7 @@ Status TernGradCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& i
   GCZ_ASSIGN_OR_RETURN(uint64_t trit_bytes, stream_size(t, 0, first, count));
   GCZ_ASSIGN_OR_RETURN(uint64_t scale_bytes, stream_size(t, 1, first, count));
   if (in.size() != 2 || in[0].size() != trit_bytes || in[1].size() != scale_bytes) {
-    return format_error("codec 'terngrad': tensor '" + t.name + "': streams have the wrong size for its shape");
+    return format_error("codec 'terngrad': streams have the wrong size for its shape");
   }
   if (unit_ == 0 ? first != 0 : first % unit_ != 0) {
     return internal_error("codec 'terngrad': chunk does not start at a chunk unit");
