@@ -6,6 +6,7 @@ target_sources(gcz PRIVATE
   format/src/encode.cpp
   format/src/error_feedback.cpp
   format/src/file_util.cpp
+  format/src/glob.cpp
   format/src/index_json.cpp
   format/src/tensor_encoder.cpp)
 include(format/io_sources.cmake)

@@ -1,6 +1,4 @@
 // decode_file: a .gcz in, tensor files out, chunk by chunk.
-#include <fnmatch.h>
-
 #include <algorithm>
 
 #include "gcz/container.h"
@@ -19,7 +17,7 @@ Result<std::vector<std::size_t>> select_tensors(const GczReader& reader, const s
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     bool take = globs.empty();
     for (std::size_t g = 0; g < globs.size(); ++g) {
-      if (fnmatch(globs[g].c_str(), tensors[i].info.name.c_str(), 0) == 0) take = used[g] = true;
+      if (glob_match(globs[g], tensors[i].info.name)) take = used[g] = true;
     }
     if (take) out.push_back(i);
   }

@@ -1,6 +1,4 @@
 // encode_files: tensor files in, .gcz out (or only measured), chunk by chunk in bounded memory.
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -22,7 +20,7 @@ Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeO
                               const EncodingPlan& default_plan, std::vector<RuleUse>& uses) {
   const CodecRule* rule = nullptr;
   for (std::size_t i = 0; i < o.rules.size(); ++i) {
-    if (fnmatch(o.rules[i].glob.c_str(), t.name.c_str(), 0) != 0) continue;
+    if (!glob_match(o.rules[i].glob, t.name)) continue;
     uses[i].matched = true;
     if (!rule) {
       rule = &o.rules[i];
@@ -96,6 +94,13 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
     GCZ_ASSIGN_OR_RETURN(auto reader, open_tensor_file(path, options.read));
     for (std::size_t i = 0; i < reader->tensors().size(); ++i) {
       const TensorInfo& t = reader->tensors()[i];
+      if (t.name.empty() || t.name.size() > kMaxNameBytes) {
+        const std::string which =
+            t.name.empty() ? "a tensor with an empty name"
+                           : "tensor '" + t.name.substr(0, 64) + "...' (" + std::to_string(t.name.size()) + " bytes)";
+        return unsupported(path + ": " + which + ": a .gcz tensor name is 1-" + std::to_string(kMaxNameBytes) +
+                           " bytes (docs/FORMAT.md, 5.2)");
+      }
       auto [it, fresh] = seen.emplace(t.name, path);
       if (!fresh) {
         return invalid_argument("tensor '" + t.name + "' appears in both " + it->second + " and " + path);

@@ -179,11 +179,12 @@ Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, c
       TensorRecord rec;
       current = "";
       rec.info.name = field(t, "name", json::value_t::string, "").get<std::string>();
-      current = rec.info.name;
       if (rec.info.name.empty() || rec.info.name.size() > kMaxNameBytes) {
-        return rule_error(StatusCode::kFormatError, path, current, "duplicate-name",
-                          "a tensor name must be 1-4096 bytes");
+        return rule_error(
+            StatusCode::kFormatError, path, rec.info.name.substr(0, 64), "duplicate-name",
+            "a tensor name must be 1-4096 bytes, and this one has " + std::to_string(rec.info.name.size()));
       }
+      current = rec.info.name;
       if (!names.insert(rec.info.name).second) {
         return rule_error(StatusCode::kFormatError, path, current, "duplicate-name", "the name occurs twice");
       }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "tensor_io_common.h"
+#include "utf8.h"
 
 namespace gcz::detail {
 namespace {
@@ -310,7 +311,12 @@ class NpzWriter final : public SequentialWriter {
     zi.tmz_date.tm_year = 1980;
     const int zip64 = member_bytes >= 0xFFFFFFFFu ? 1 : 0;
     const std::string member = stored.name + ".npy";
-    if (zipOpenNewFileInZip64(zip_, member.c_str(), &zi, nullptr, 0, nullptr, 0, nullptr, 0, 0, zip64) != ZIP_OK) {
+    // General-purpose bit 11: the name is UTF-8 (without it, readers such as numpy take it as CP437).
+    const bool ascii = std::all_of(member.begin(), member.end(), [](char c) { return (c & 0x80) == 0; });
+    const uLong flags = !ascii && detail::is_utf8(member) ? 1u << 11 : 0;
+    if (zipOpenNewFileInZip4_64(zip_, member.c_str(), &zi, nullptr, 0, nullptr, 0, nullptr, /*method=*/0, /*level=*/0,
+                                /*raw=*/0, -MAX_WBITS, DEF_MEM_LEVEL, Z_DEFAULT_STRATEGY, /*password=*/nullptr,
+                                /*crcForCrypting=*/0, /*versionMadeBy=*/0, flags, zip64) != ZIP_OK) {
       return io_error(tensor_context(path(), stored.name) + ": cannot add the zip member");
     }
     item_size_ = dtype_size(stored.dtype);

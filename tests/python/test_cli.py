@@ -817,6 +817,26 @@ def test_npz_output_refuses_names_that_climb_out(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.gcz", "e.safetensors"]
 
 
+def test_names_are_matched_and_written_by_character(tmp_path):
+    write_safetensors(tmp_path / "u.safetensors", {"\u00fcn\u00ef": np.ones(4, np.float32), "abcde": np.ones(4, np.float32)})
+    gcz("encode", tmp_path / "u.safetensors", "-o", tmp_path / "u.gcz", "--rule", "???=none", "-q", check=True)
+    codecs = {t["name"]: t["codec"][0]["name"]
+              for t in json.loads(gcz("info", tmp_path / "u.gcz", "--json", check=True).stdout)["tensors"]}
+    assert codecs == {"\u00fcn\u00ef": "none", "abcde": "fp16"}  # '???' is three characters, not bytes
+    gcz("decode", tmp_path / "u.gcz", "-o", tmp_path / "u.npz", check=True)
+    assert sorted(np.load(tmp_path / "u.npz").files) == ["abcde", "\u00fcn\u00ef"]  # flagged UTF-8 in the zip
+
+
+@pytest.mark.parametrize("name", ["", "x" * 5000])
+def test_encode_refuses_names_a_gcz_cannot_hold(name, tmp_path):
+    write_safetensors(tmp_path / "n.safetensors", {name: np.ones(3, np.float32)})
+    r = gcz("encode", tmp_path / "n.safetensors", "-o", tmp_path / "n.gcz")
+    assert r.returncode == EXIT_UNSUPPORTED, r.stderr
+    line = error_line(r)
+    assert "a .gcz tensor name is 1-4096 bytes" in line and len(line) < 400, line
+    assert not (tmp_path / "n.gcz").exists()
+
+
 @needs_samples
 def test_dtype_and_shape_apply_to_raw_files_only(tmp_path):
     np.arange(9, dtype=np.float32).tofile(tmp_path / "r.bin")

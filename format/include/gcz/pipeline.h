@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gcz/backend.h"
@@ -26,8 +27,15 @@
 
 namespace gcz {
 
-// `--rule GLOB=SPEC`: tensors whose name matches GLOB (shell wildcards * ? [..]; * also matches '/')
-// use SPEC instead of the default. The first matching rule wins.
+// Whether the whole of `name` matches the shell pattern `glob`, as POSIX fnmatch without flags
+// does, but by characters of UTF-8 rather than bytes: `*` any run (also across '/'), `?` one
+// character, `[...]` one of a set (ranges by code point, `!` or `^` first to negate, `]` first to
+// include it), `\` makes the next character plain. A byte of no valid UTF-8 sequence is a character
+// of its own; a `[` with no closing `]` is plain. --rule and decode's -t use it.
+bool glob_match(std::string_view glob, std::string_view name);
+
+// `--rule GLOB=SPEC`: tensors whose name matches GLOB (glob_match) use SPEC instead of the default.
+// The first matching rule wins.
 struct CodecRule {
   std::string glob;
   std::string spec;
