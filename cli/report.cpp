@@ -27,7 +27,8 @@ json metrics_json(const Metrics& m) {
           {"ratio", num(m.ratio)},     {"bits_per_element", num(m.bits_per_element)},
           {"rel_l2", num(m.rel_l2)},   {"cosine", num(m.cosine)},    {"max_abs_error", num(m.max_abs_error)},
           {"snr_db", num(m.snr_db)},   {"norm_ratio", num(m.norm_ratio)},
-          {"mean_error", num(m.mean_error)}, {"nonfinite", m.nonfinite}};
+          {"mean_error", num(m.mean_error)}, {"nonfinite", m.nonfinite},
+          {"decoded_nonfinite", m.decoded_nonfinite}};
 }
 
 struct Row {
@@ -107,20 +108,21 @@ std::string csv_field(const std::string& s) {
 void print_csv(std::FILE* out, const std::vector<Row>& rows, const std::string& prefix_head = "",
                const std::string& prefix = "", bool header = true) {
   if (header) {
-    std::fprintf(out, "%stensor,shape,dtype,codec,numel,bytes_in,bytes_out,ratio,bits_per_element,rel_l2,cosine,"
-                      "max_abs_error,snr_db,norm_ratio,mean_error,nonfinite,sum_rel_l2\n", prefix_head.c_str());
+    std::fprintf(out,
+                 "%stensor,shape,dtype,codec,numel,bytes_in,bytes_out,ratio,bits_per_element,rel_l2,cosine,"
+                 "max_abs_error,snr_db,norm_ratio,mean_error,nonfinite,decoded_nonfinite,sum_rel_l2\n",
+                 prefix_head.c_str());
   }
   for (const Row& r : rows) {
     const Metrics& m = *r.m;
-    std::fprintf(out, "%s%s,%s,%s,%s,%llu,%llu,%llu,%s,%s,%s,%s,%s,%s,%s,%s,%llu,%s\n", prefix.c_str(),
-                 csv_field(r.name).c_str(),
-                 csv_field(r.shape).c_str(), r.dtype.c_str(), csv_field(r.codec).c_str(),
+    std::fprintf(out, "%s%s,%s,%s,%s,%llu,%llu,%llu,%s,%s,%s,%s,%s,%s,%s,%s,%llu,%llu,%s\n", prefix.c_str(),
+                 csv_field(r.name).c_str(), csv_field(r.shape).c_str(), r.dtype.c_str(), csv_field(r.codec).c_str(),
                  static_cast<unsigned long long>(m.numel), static_cast<unsigned long long>(m.bytes_in),
                  static_cast<unsigned long long>(m.bytes_out), fmt("%.6g", m.ratio).c_str(),
-                 fmt("%.6g", m.bits_per_element).c_str(), fmt("%.9g", m.rel_l2).c_str(),
-                 fmt("%.9g", m.cosine).c_str(), fmt("%.9g", m.max_abs_error).c_str(), fmt("%.6g", m.snr_db).c_str(),
-                 fmt("%.9g", m.norm_ratio).c_str(), fmt("%.9g", m.mean_error).c_str(),
-                 static_cast<unsigned long long>(m.nonfinite),
+                 fmt("%.6g", m.bits_per_element).c_str(), fmt("%.9g", m.rel_l2).c_str(), fmt("%.9g", m.cosine).c_str(),
+                 fmt("%.9g", m.max_abs_error).c_str(), fmt("%.6g", m.snr_db).c_str(), fmt("%.9g", m.norm_ratio).c_str(),
+                 fmt("%.9g", m.mean_error).c_str(), static_cast<unsigned long long>(m.nonfinite),
+                 static_cast<unsigned long long>(m.decoded_nonfinite),
                  r.cumulative ? fmt("%.9g", r.cumulative->rel_l2()).c_str() : "");
   }
 }
@@ -236,6 +238,13 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
                    "gcz: warning: %stensor '%s': %llu non-finite values (NaN/Inf) in the input, left out of "
                    "the error metrics\n",
                    at.c_str(), name.c_str(), static_cast<unsigned long long>(m.nonfinite));
+    }
+    if (m.decoded_nonfinite > 0) {
+      std::fprintf(stderr,
+                   "gcz: warning: %stensor '%s': %llu decoded values are infinite or NaN where the input is finite: "
+                   "the codec's output overflows %s (qsgd:scale=l2, for one, can exceed the largest input)\n",
+                   at.c_str(), name.c_str(), static_cast<unsigned long long>(m.decoded_nonfinite),
+                   std::string(dtype_name(t.dtype)).c_str());
     }
     if (m.norm_ratio < kNormRatioWarning) {
       std::fprintf(stderr,

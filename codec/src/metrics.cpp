@@ -21,14 +21,16 @@ struct BF16 { uint16_t bits; };
 inline double widen(F16 v) { return detail::f16_to_f32(v.bits); }
 inline double widen(BF16 v) { return detail::bf16_to_f32(v.bits); }
 
-// Adds the pair (x, y) to lane l: a non-finite x contributes zeros and a count. Branch-free.
-template <class Lanes>
-inline void add_one(Lanes& a, int l, double x_raw, double y_raw, uint64_t& nonfinite) {
+// Adds the pair (x, y) to lane l: a non-finite x contributes zeros and a count; so does a non-finite
+// y where x is finite. Branch-free.
+template <class Lanes, class Counts>
+inline void add_one(Lanes& a, int l, double x_raw, double y_raw, Counts& c) {
   const bool finite = std::isfinite(x_raw);
   const double x = finite ? x_raw : 0.0;
   const double y = finite ? y_raw : 0.0;
   const double e = y - x;
-  nonfinite += !finite;
+  c.nonfinite += !finite;
+  c.decoded_nonfinite += finite & !std::isfinite(y_raw);
   a.xx[l] += x * x;
   a.yy[l] += y * y;
   a.xy[l] += x * y;
@@ -55,17 +57,17 @@ GCZ_METRICS_AVX2 __m256d widen4(const BF16* p) {  // each bf16 in the high half 
 // add_one on four lanes at once, for n (a multiple of 4) elements whose first is in lane 0: lane l of
 // each vector is a[l] of a sum, so every lane sees the same operations, in the same order, as
 // add_one gives it. (max_pd(v, m) is v > m ? v : m, as add_one's max is.)
-template <class Lanes, class T>
-[[gnu::target("avx2,f16c")]] void accumulate_avx2(Lanes& a, const T* x, const T* y, uint64_t n,
-                                                  uint64_t& nonfinite) {
+template <class Lanes, class Counts, class T>
+[[gnu::target("avx2,f16c")]] void accumulate_avx2(Lanes& a, const T* x, const T* y, uint64_t n, Counts& c) {
   __m256d xx = _mm256_loadu_pd(a.xx), yy = _mm256_loadu_pd(a.yy), xy = _mm256_loadu_pd(a.xy);
   __m256d ee = _mm256_loadu_pd(a.ee), e = _mm256_loadu_pd(a.e), mx = _mm256_loadu_pd(a.max_abs);
   const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
   const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
-  __m256i finite_count = _mm256_setzero_si256();
+  __m256i finite_count = _mm256_setzero_si256(), decoded_bad = _mm256_setzero_si256();
   for (uint64_t i = 0; i < n; i += 4) {
     const __m256d xr = widen4(x + i), yr = widen4(y + i);
     const __m256d finite = _mm256_cmp_pd(_mm256_and_pd(xr, abs_mask), inf, _CMP_LT_OQ);  // false for NaN
+    const __m256d y_finite = _mm256_cmp_pd(_mm256_and_pd(yr, abs_mask), inf, _CMP_LT_OQ);
     const __m256d xv = _mm256_and_pd(xr, finite), yv = _mm256_and_pd(yr, finite);    // +0.0 where not finite
     const __m256d ev = _mm256_sub_pd(yv, xv);
     xx = _mm256_add_pd(xx, _mm256_mul_pd(xv, xv));
@@ -75,6 +77,7 @@ template <class Lanes, class T>
     e = _mm256_add_pd(e, ev);
     mx = _mm256_max_pd(_mm256_and_pd(ev, abs_mask), mx);
     finite_count = _mm256_sub_epi64(finite_count, _mm256_castpd_si256(finite));  // a true lane is -1
+    decoded_bad = _mm256_sub_epi64(decoded_bad, _mm256_castpd_si256(_mm256_andnot_pd(y_finite, finite)));
   }
   _mm256_storeu_pd(a.xx, xx);
   _mm256_storeu_pd(a.yy, yy);
@@ -82,30 +85,32 @@ template <class Lanes, class T>
   _mm256_storeu_pd(a.ee, ee);
   _mm256_storeu_pd(a.e, e);
   _mm256_storeu_pd(a.max_abs, mx);
-  alignas(32) uint64_t counts[4];
+  alignas(32) uint64_t counts[4], bad[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(counts), finite_count);
-  nonfinite += n - (counts[0] + counts[1] + counts[2] + counts[3]);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(bad), decoded_bad);
+  c.nonfinite += n - (counts[0] + counts[1] + counts[2] + counts[3]);
+  c.decoded_nonfinite += bad[0] + bad[1] + bad[2] + bad[3];
 }
 #endif
 
 // Element i of the tensor goes to lane i mod kLanes; `start` is the index of x[0] in the tensor.
-template <int kLanes, class Lanes, class T>
-void accumulate(Lanes& a, uint64_t start, const T* x, const T* y, uint64_t n, uint64_t& nonfinite) {
+template <int kLanes, class Lanes, class Counts, class T>
+void accumulate(Lanes& a, uint64_t start, const T* x, const T* y, uint64_t n, Counts& c) {
   uint64_t i = 0;
   for (; i < n && (start + i) % kLanes != 0; ++i) {
-    add_one(a, static_cast<int>((start + i) % kLanes), widen(x[i]), widen(y[i]), nonfinite);
+    add_one(a, static_cast<int>((start + i) % kLanes), widen(x[i]), widen(y[i]), c);
   }
 #if defined(__x86_64__)
   if (kLanes == 4 && detail::cpu_has_avx2()) {
     const uint64_t whole = (n - i) / 4 * 4;
-    accumulate_avx2(a, x + i, y + i, whole, nonfinite);
+    accumulate_avx2(a, x + i, y + i, whole, c);
     i += whole;
   }
 #endif
   for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) add_one(a, l, widen(x[i + l]), widen(y[i + l]), nonfinite);
+    for (int l = 0; l < kLanes; ++l) add_one(a, l, widen(x[i + l]), widen(y[i + l]), c);
   }
-  for (int l = 0; i < n; ++i, ++l) add_one(a, l, widen(x[i]), widen(y[i]), nonfinite);
+  for (int l = 0; i < n; ++i, ++l) add_one(a, l, widen(x[i]), widen(y[i]), c);
 }
 
 }  // namespace
@@ -126,7 +131,7 @@ void MetricsAccumulator::add(DType dtype, const void* x, const void* xhat, uint6
     const uint64_t m = std::min(n, kBlock - pos % kBlock);
     auto run = [&](auto* typed) {
       using T = std::remove_pointer_t<decltype(typed)>;
-      accumulate<kLanes>(open_, pos, reinterpret_cast<const T*>(px), reinterpret_cast<const T*>(py), m, nonfinite_);
+      accumulate<kLanes>(open_, pos, reinterpret_cast<const T*>(px), reinterpret_cast<const T*>(py), m, counts_);
     };
     switch (dtype) {
       case DType::kFloat64: run(static_cast<double*>(nullptr)); break;
@@ -150,7 +155,8 @@ void MetricsAccumulator::append(MetricsAccumulator&& next) {
   open_ = next.open_;
   open_used_ = next.open_used_;
   numel_ += next.numel_;
-  nonfinite_ += next.nonfinite_;
+  counts_.nonfinite += next.counts_.nonfinite;
+  counts_.decoded_nonfinite += next.counts_.decoded_nonfinite;
 }
 
 void MetricsAccumulator::merge(const MetricsAccumulator& o) {
@@ -158,14 +164,16 @@ void MetricsAccumulator::merge(const MetricsAccumulator& o) {
   blocks_.insert(blocks_.end(), o.blocks_.begin(), o.blocks_.end());
   if (o.open_used_) blocks_.push_back(o.open_);
   numel_ += o.numel_;
-  nonfinite_ += o.nonfinite_;
+  counts_.nonfinite += o.counts_.nonfinite;
+  counts_.decoded_nonfinite += o.counts_.decoded_nonfinite;
 }
 
 Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   Metrics m;
   m.numel = numel_;
-  m.nonfinite = nonfinite_;
+  m.nonfinite = counts_.nonfinite;
+  m.decoded_nonfinite = counts_.decoded_nonfinite;
   m.bytes_in = bytes_in;
   m.bytes_out = bytes_out;
   m.ratio = bytes_out ? static_cast<double>(bytes_in) / static_cast<double>(bytes_out) : 0.0;
@@ -197,7 +205,7 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   m.norm_ratio = nx > 0 ? ny / nx : (ny > 0 ? kInf : 1.0);
   m.snr_db = ne > 0 ? (nx > 0 ? 10.0 * std::log10(sum_xx / sum_ee) : -kInf) : kInf;
   m.max_abs_error = max_abs;
-  const uint64_t finite = numel_ - nonfinite_;
+  const uint64_t finite = numel_ - counts_.nonfinite;
   m.mean_error = finite ? sum_e / static_cast<double>(finite) : 0.0;
   return m;
 }

@@ -336,7 +336,7 @@ def test_csv_report_has_a_header_and_a_row_per_tensor_and_total(tmp_path):
     rows = list(csv.reader(io.StringIO(r.stdout)))
     header, body = rows[0], rows[1:]
     for key in ("tensor", "numel", "bytes_in", "bytes_out", "ratio", "bits_per_element", "rel_l2", "cosine",
-                "max_abs_error", "snr_db", "norm_ratio", "mean_error", "nonfinite"):
+                "max_abs_error", "snr_db", "norm_ratio", "mean_error", "nonfinite", "decoded_nonfinite"):
         assert key in header, header
     names = list(sample_arrays(SAMPLE))
     assert [row[0] for row in body] == names + ["TOTAL"]
@@ -390,6 +390,17 @@ def test_min_numel_makes_small_tensors_lossless(tmp_path):
     for t in large:
         assert t["codec"] == "fp16", t
     assert any(t["metrics"]["rel_l2"] > 0 for t in large)
+
+
+def test_finite_input_decoded_to_inf_is_counted_and_warned_of(tmp_path):
+    # The l2 scale of [50000, 50000] is 70711, beyond float16: nearest rounding decodes both to Inf.
+    np.save(tmp_path / "h.npy", np.array([50000, 50000, 1, 2], np.float16))
+    r = gcz("eval", tmp_path / "h.npy", "-c", "qsgd:bits=2,scale=l2,rounding=nearest", "--json", check=True)
+    assert json.loads(r.stdout)["tensors"][0]["metrics"]["decoded_nonfinite"] == 2
+    assert "2 decoded values are infinite or NaN where the input is finite" in r.stderr
+    assert "overflows float16" in r.stderr
+    r = gcz("eval", tmp_path / "h.npy", "-c", "qsgd:bits=2,rounding=nearest", "--json", check=True)  # scale=max
+    assert json.loads(r.stdout)["tensors"][0]["metrics"]["decoded_nonfinite"] == 0 and "warning" not in r.stderr
 
 
 def test_nonfinite_input_warns_and_counts(tmp_path):

@@ -68,9 +68,23 @@ TEST(Metrics, NonFiniteInputIsCountedAndExcluded) {
   acc.add(DType::kFloat32, x.data(), y.data(), x.size());
   Metrics m = acc.finish(16, 8);
   EXPECT_EQ(m.nonfinite, 2u);
+  EXPECT_EQ(m.decoded_nonfinite, 0u);  // x̂ is not finite only where x is not
   EXPECT_EQ(m.rel_l2, 0.0);
   EXPECT_NEAR(m.cosine, 1.0, 1e-15);
   EXPECT_FALSE(std::isnan(m.mean_error));
+}
+
+// An overflow of the dtype: x̂ infinite or NaN where x is finite is counted (the report warns of it).
+TEST(Metrics, DecodedNonFiniteWhereTheInputIsFiniteIsCounted) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f, std::nanf(""), 5.0f};
+  const std::vector<float> y = {1.0f, inf, -inf, inf, std::nanf("")};
+  MetricsAccumulator acc;
+  acc.add(DType::kFloat32, x.data(), y.data(), x.size());
+  const Metrics m = acc.finish(20, 10);
+  EXPECT_EQ(m.nonfinite, 1u);
+  EXPECT_EQ(m.decoded_nonfinite, 3u);
+  EXPECT_TRUE(std::isinf(m.max_abs_error));
 }
 
 TEST(Metrics, HalfPrecisionInputs) {
@@ -132,6 +146,7 @@ void expect_same_bits(const Metrics& a, const Metrics& b, const std::string& whe
   EXPECT_EQ(bits(a.norm_ratio), bits(b.norm_ratio)) << where;
   EXPECT_EQ(bits(a.mean_error), bits(b.mean_error)) << where;
   EXPECT_EQ(a.nonfinite, b.nonfinite) << where;
+  EXPECT_EQ(a.decoded_nonfinite, b.decoded_nonfinite) << where;
   EXPECT_EQ(a.numel, b.numel) << where;
 }
 
@@ -139,7 +154,8 @@ void expect_same_bits(const Metrics& a, const Metrics& b, const std::string& whe
 // float64 moved off float32's grid), from
 // element `start` of a tensor, in pieces of `piece` elements, on the portable path and on the x86
 // vector path: the same bits.
-void check_paths_agree(const std::vector<float>& x, const std::vector<float>& y, uint64_t nonfinite) {
+void check_paths_agree(const std::vector<float>& x, const std::vector<float>& y, uint64_t nonfinite,
+                       uint64_t decoded_nonfinite) {
   const uint64_t n = x.size();
   std::vector<double> xd(n), yd(n);  // float64 values with bits below float32's, so products round
   for (uint64_t i = 0; i < n; ++i) {
@@ -180,6 +196,7 @@ void check_paths_agree(const std::vector<float>& x, const std::vector<float>& y,
         expect_same_bits(m[0], m[1], std::string(dtype_name(in.dtype)) + ", start " + std::to_string(start) +
                                          ", pieces of " + std::to_string(piece));
         EXPECT_EQ(m[1].nonfinite, nonfinite) << dtype_name(in.dtype);
+        EXPECT_EQ(m[1].decoded_nonfinite, decoded_nonfinite) << dtype_name(in.dtype);
       }
     }
   }
@@ -203,9 +220,11 @@ TEST(Metrics, VectorPathMatchesPortablePathBitForBit) {
   for (uint64_t i : {5u, 66u, 2001u}) x[i] = -inf;
   y[4000] = -0.0f;
   x[4001] = -0.0f;
-  check_paths_agree(x, y, 7);
+  check_paths_agree(x, y, 7, 0);
   y[7] = inf;  // a finite element decoded to Inf: the sums it enters are Inf or NaN on both paths
-  check_paths_agree(x, y, 7);
+  y[8] = std::nanf("");
+  y[3] = inf;  // where x is NaN: not counted again
+  check_paths_agree(x, y, 7, 2);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct Metrics {
   double norm_ratio = 0;        // ||x̂|| / ||x||
   double mean_error = 0;        // mean of x̂_i - x_i (bias)
   uint64_t nonfinite = 0;       // NaN/Inf elements in x, excluded from the sums
+  uint64_t decoded_nonfinite = 0;  // elements where x is finite and x̂ is NaN/Inf (an overflow of the dtype)
 };
 
 // Below this norm ratio the report warns of over-compression.
@@ -60,9 +61,14 @@ class MetricsAccumulator {
   };
   void close_block();
 
+  struct Counts {  // elements counted, not summed: see Metrics
+    uint64_t nonfinite = 0;
+    uint64_t decoded_nonfinite = 0;
+  };
+
   uint64_t start_ = 0;
   uint64_t numel_ = 0;
-  uint64_t nonfinite_ = 0;
+  Counts counts_;
   Lanes open_;                // the block being filled
   bool open_used_ = false;
   std::vector<Lanes> blocks_;  // closed blocks, in order
