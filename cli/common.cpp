@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include "gcz/codec.h"
 
@@ -88,14 +91,18 @@ Result<DeviceRequest> parse_device(const std::string& text) {
 
 namespace {
 
-// A whole number in 0..2^64-1, as typed: CLI11's own conversion would wrap "-1" and saturate "1e23".
-const CLI::Validator kWholeNumber(
-    [](std::string& v) -> std::string {
-      const bool digits = !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
-      if (digits && (v.size() < 20 || v <= "18446744073709551615")) return {};
-      return "'" + v + "' is not a whole number in 0..18446744073709551615";
-    },
-    "");
+// A whole number in 0..most, as typed: CLI11's own conversion would wrap "-1" and saturate "1e23".
+CLI::Validator whole_number(uint64_t most = UINT64_MAX) {
+  return CLI::Validator(
+      [most](std::string& v) -> std::string {
+        errno = 0;
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+        const unsigned long long n = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
+        if (digits && errno == 0 && n <= most) return {};
+        return "'" + v + "' is not a whole number in 0.." + std::to_string(most);
+      },
+      "");
+}
 
 }  // namespace
 
@@ -116,20 +123,19 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
       ->allow_extra_args(false);  // one GLOB=SPEC each time: an input after it stays an input
   app.add_option("--min-numel", a.min_numel,
                  "Store tensors with fewer elements than N losslessly (codec none). Example: --min-numel 4096")
-      ->check(kWholeNumber)
+      ->check(whole_number())
       ->capture_default_str();
   app.add_option("--device", a.device, "Where codecs run: cpu, cuda (or gpu) or auto (CUDA when a GPU is usable)")
       ->capture_default_str();
   app.add_option("--seed", a.seed,
                  "Seed for codecs that draw random numbers (recorded in the file); with --ef-state, step s of the "
                  "state uses SEED + s")
-      ->check(kWholeNumber)
+      ->check(whole_number())
       ->capture_default_str();
   app.add_option("--threads", a.threads,
                  "CPU threads (element-wise codecs, tensor-scale terngrad, error measurement), 0.." +
                      std::to_string(kMaxThreads) + "; 0 = one per core. The output is the same for any count")
-      ->check(kWholeNumber)
-      ->check(CLI::Range(0u, kMaxThreads))
+      ->check(whole_number(kMaxThreads))
       ->capture_default_str();
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
   app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");

@@ -34,6 +34,28 @@ std::string param_to_string(const ParamValue& v) {
   return std::get<std::string>(v);
 }
 
+namespace {
+
+// A parameter's value in a message: a word that reads as a number was one in parentheses, "(4)", or
+// a JSON string in a file's index.
+std::string shown_param(const ParamValue& v) {
+  std::string text = param_to_string(v);
+  bool number_word = false;
+  if (const auto* word = std::get_if<std::string>(&v); word && !word->empty()) {
+    errno = 0;
+    char* end = nullptr;
+    std::strtod(word->c_str(), &end);
+    number_word = errno == 0 && end == word->c_str() + word->size() &&
+                  word->find_first_not_of("0123456789+-.eE") == std::string::npos;
+  }
+  text.insert(0, 1, '\'');
+  text.push_back('\'');
+  if (number_word) text.append(", a word (a number in parentheses or quotes is one)");
+  return text;
+}
+
+}  // namespace
+
 Result<int64_t> get_int_param(const Params& p, std::string_view codec, std::string_view key, int64_t def) {
   auto it = p.find(key);
   if (it == p.end()) return def;
@@ -41,14 +63,16 @@ Result<int64_t> get_int_param(const Params& p, std::string_view codec, std::stri
   const std::string what = "codec '" + std::string(codec) + "': parameter '" + std::string(key) + "'";
   if (const auto* d = std::get_if<double>(&it->second); d && *d == std::floor(*d)) {
     if (std::fabs(*d) < 0x1p63) {  // "3.0", "1e6": whole, but written as a decimal number
-      return invalid_argument(what + " must be an integer, got the decimal number " + param_to_string(it->second) +
+      char whole[32];
+      std::snprintf(whole, sizeof whole, "%.0f", *d);  // 10, not the canonical 1e01
+      return invalid_argument(what + " must be an integer, got the decimal number " + whole +
                               " (write it without a point or exponent)");
     }
     return invalid_argument(what + " must be an integer from " + std::to_string(std::numeric_limits<int64_t>::min()) +
                             " to " + std::to_string(std::numeric_limits<int64_t>::max()) + ", got '" +
                             param_to_string(it->second) + "'");
   }
-  return invalid_argument(what + " must be an integer, got '" + param_to_string(it->second) + "'");
+  return invalid_argument(what + " must be an integer, got " + shown_param(it->second));
 }
 
 Result<double> get_number_param(const Params& p, std::string_view codec, std::string_view key, double def) {
@@ -63,7 +87,7 @@ Result<double> get_number_param(const Params& p, std::string_view codec, std::st
   const bool out_of_range = errno == ERANGE && !text.empty() && end == text.c_str() + text.size();
   const char* what = out_of_range ? "a number float64 can hold (magnitudes from about 2.2e-308 to 1.8e308)" : "a number";
   return invalid_argument("codec '" + std::string(codec) + "': parameter '" + std::string(key) + "' must be " + what +
-                          ", got '" + text + "'");
+                          ", got " + shown_param(it->second));
 }
 
 Result<std::string> get_choice_param(const Params& p, std::string_view codec, std::string_view key,

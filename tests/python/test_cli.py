@@ -782,7 +782,7 @@ def test_a_rule_that_matches_nothing_is_a_warning(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["eval", "x.npy", "--threads", "-1"], "--threads"),
+    (["eval", "x.npy", "--threads", "-1"], "--threads: '-1' is not a whole number in 0..1024"),
     (["eval", "x.npy", "--report", "xml"], "--report"),
     (["eval", "x.npy", "--bogus"], "--bogus"),
     (["eval", "x.npy", "-c", "fp16", "-c", "bf16"], "--codec"),
@@ -792,7 +792,8 @@ def test_a_rule_that_matches_nothing_is_a_warning(tmp_path):
     (["eval", "x.npy", "--seed", "-1"], "not a whole number"),
     (["eval", "x.npy", "--seed", "18446744073709551616"], "not a whole number"),
     (["eval", "x.npy", "--seed", "1e23"], "not a whole number"),
-    (["eval", "x.npy", "--threads", "100000"], "range 0 to 1024"),
+    (["eval", "x.npy", "--threads", "100000"], "not a whole number in 0..1024"),
+    (["eval", "x.npy", "--seed", "99999999999999999999999"], "not a whole number in 0..18446744073709551615"),
     (["encode", "x.npy", "-o", "x.gcz", "--meta", "gcz.ef_steps=3"], "gcz's own"),
 ])
 def test_command_line_mistakes_are_one_line(args, words):

@@ -116,6 +116,11 @@ TEST(MakeCodec, NumericParametersSayWhatIsWrong) {
   // A whole number beyond int64 is read as a double: its range is what is wrong, not its being whole.
   const std::string range = "must be an integer from -9223372036854775808 to 9223372036854775807, got ";
   EXPECT_NE(message("topk:k=100000000000000000000000").find("'k' " + range + "'1e23'"), std::string::npos);
+  EXPECT_NE(message("topk:k=10.0").find("'k' must be an integer, got the decimal number 10 ("), std::string::npos);
+  EXPECT_NE(message("qsgd:bits=(4)").find("'bits' must be an integer, got '4', a word (a number in parentheses"),
+            std::string::npos);
+  EXPECT_NE(message("topk:ratio=(0.5)").find("'ratio' must be a number, got '0.5', a word"), std::string::npos);
+  EXPECT_EQ(message("topk:ratio=1e-400").find("a word"), std::string::npos);
   EXPECT_NE(message("topk:ratio=1e-400").find("'ratio' must be a number float64 can hold"), std::string::npos);
   EXPECT_NE(message("topk:ratio=1e400").find("'ratio' must be a number float64 can hold"), std::string::npos);
   EXPECT_NE(message("topk:ratio=1.2.3").find("'ratio' must be a number, got '1.2.3'"), std::string::npos);

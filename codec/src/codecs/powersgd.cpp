@@ -333,8 +333,8 @@ class PowerSgdCodec final : public Codec {
     GCZ_ASSIGN_OR_RETURN(std::string why, fallback_reason(t, c_));
     if (!why.empty()) {
       return invalid_argument("codec 'powersgd' does not take tensor '" + t.name + "' " + shape_to_string(t.shape) +
-                              ": " + why + "; such tensors are encoded with its fallback '" + c_.fallback +
-                              "' (gcz's planning picks it)");
+                              ": " + why + "; gcz gives such a tensor the fallback '" + c_.fallback +
+                              "' where it chooses a tensor's codec, but a value codec (values=, factors=) has none");
     }
     return matrix_dims(t.shape, c_.view);
   }
