@@ -26,8 +26,37 @@ Status list_datasets(hid_t file, const std::string& path, std::vector<std::strin
 #else
   const herr_t r = H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names, H5O_INFO_BASIC);
 #endif
-  if (r < 0) return format_error(path + ": cannot list the HDF5 objects: " + hdf5_error_text());
+  if (r < 0) return hdf5_read_error(path + ": cannot list the HDF5 objects");
   std::sort(names.begin(), names.end());
+  return Status::ok();
+}
+
+#if H5_VERSION_GE(1, 12, 0)
+using LinkInfo = H5L_info2_t;
+#else
+using LinkInfo = H5L_info_t;
+#endif
+
+herr_t collect_link(hid_t, const char* name, const LinkInfo* info, void* data) {
+  auto* skipped = static_cast<std::vector<SkippedTensor>*>(data);
+  if (info->type == H5L_TYPE_SOFT) {
+    skipped->push_back({name, "a soft link: gcz reads each dataset once, under its own path, not through links"});
+  } else if (info->type != H5L_TYPE_HARD) {
+    skipped->push_back(
+        {name, std::string(info->type == H5L_TYPE_EXTERNAL ? "an external link" : "a user-defined link") +
+                   " to another file, which gcz does not follow"});
+  }
+  return 0;
+}
+
+// The links that are not hard links (H5Ovisit goes through hard links only): each is noted as skipped.
+Status list_other_links(hid_t file, const std::string& path, std::vector<SkippedTensor>& skipped) {
+#if H5_VERSION_GE(1, 12, 0)
+  const herr_t r = H5Lvisit2(file, H5_INDEX_NAME, H5_ITER_INC, collect_link, &skipped);
+#else
+  const herr_t r = H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_link, &skipped);
+#endif
+  if (r < 0) return hdf5_read_error(path + ": cannot list the HDF5 links");
   return Status::ok();
 }
 
@@ -56,7 +85,7 @@ struct DatasetInfo {
 
 Result<Shape> dataset_shape(hid_t dataset, const std::string& ctx, std::string& reason) {
   H5Id space(H5Dget_space(dataset));
-  if (!space.valid()) return format_error(ctx + ": cannot read the dataspace: " + hdf5_error_text());
+  if (!space.valid()) return hdf5_read_error(ctx + ": cannot read the dataspace");
   const H5S_class_t kind = H5Sget_simple_extent_type(space.get());
   if (kind == H5S_SCALAR) return Shape{};
   if (kind != H5S_SIMPLE) {
@@ -70,7 +99,7 @@ Result<Shape> dataset_shape(hid_t dataset, const std::string& ctx, std::string& 
   }
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) {
-    return format_error(ctx + ": cannot read the dataspace: " + hdf5_error_text());
+    return hdf5_read_error(ctx + ": cannot read the dataspace");
   }
   return Shape(dims.begin(), dims.end());
 }
@@ -78,11 +107,22 @@ Result<Shape> dataset_shape(hid_t dataset, const std::string& ctx, std::string& 
 Result<DatasetInfo> describe_dataset(hid_t file, const std::string& path, const std::string& name) {
   const std::string ctx = tensor_context(path, name);
   H5Id dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
-  if (!dataset.valid()) return format_error(ctx + ": cannot open the dataset: " + hdf5_error_text());
+  if (!dataset.valid()) return hdf5_read_error(ctx + ": cannot open the dataset");
   H5Id type(H5Dget_type(dataset.get()));
-  if (!type.valid()) return format_error(ctx + ": cannot read the datatype: " + hdf5_error_text());
+  if (!type.valid()) return hdf5_read_error(ctx + ": cannot read the datatype");
   DatasetInfo d;
   d.info.name = name;
+  // Data kept outside this file would have gcz read whatever files a hostile .h5 names.
+  H5Id create(H5Dget_create_plist(dataset.get()));
+  if (!create.valid()) return hdf5_read_error(ctx + ": cannot read the dataset's properties");
+  if (H5Pget_external_count(create.get()) > 0) {
+    d.reason = "its data is in files outside this one (HDF5 external storage), which gcz does not read";
+    return d;
+  }
+  if (H5Pget_layout(create.get()) == H5D_VIRTUAL) {
+    d.reason = "a virtual dataset (its data is mapped from other datasets or files), which gcz does not read";
+    return d;
+  }
   const H5T_class_t cls = H5Tget_class(type.get());
   if (cls != H5T_FLOAT) {
     d.reason = std::string("HDF5 ") + class_name(cls) + " dataset is not floating";
@@ -116,24 +156,16 @@ class Hdf5Source final : public TensorSource {
     GCZ_RETURN_IF_ERROR(check_read_range(path_, info_, numel_, first, count));
     if (count == 0) return Status::ok();
     quiet_hdf5_errors();
-    herr_t r;
     if (info_.shape.empty()) {
-      r = H5Dread(dataset_.get(), mem_type_.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst);
-    } else {
-      H5Id file_space(H5Dget_space(dataset_.get()));
-      if (!file_space.valid()) return read_failed();
-      GCZ_RETURN_IF_ERROR(select_flat_range(file_space.get(), info_.shape, first, count));
-      const hsize_t n = count;
-      H5Id mem_space(H5Screate_simple(1, &n, nullptr));
-      r = H5Dread(dataset_.get(), mem_type_.get(), mem_space.get(), file_space.get(), H5P_DEFAULT, dst);
+      if (H5Dread(dataset_.get(), mem_type_.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) return read_failed();
+      return Status::ok();
     }
-    return r < 0 ? read_failed() : Status::ok();
+    return transfer_flat_range(dataset_.get(), mem_type_.get(), info_.shape, first, count, dst, /*write=*/false,
+                               [this] { return read_failed(); });
   }
 
  private:
-  Status read_failed() const {
-    return format_error(tensor_context(path_, info_.name) + ": HDF5 read failed: " + hdf5_error_text());
-  }
+  Status read_failed() const { return hdf5_read_error(tensor_context(path_, info_.name) + ": HDF5 read failed"); }
 
   std::string path_;
   TensorInfo info_;
@@ -149,6 +181,7 @@ class Hdf5Reader final : public ReaderBase {
   Status list() {
     std::vector<std::string> names;
     GCZ_RETURN_IF_ERROR(list_datasets(file_.get(), path_, names));
+    GCZ_RETURN_IF_ERROR(list_other_links(file_.get(), path_, skipped_));
     for (const std::string& name : names) {
       GCZ_ASSIGN_OR_RETURN(DatasetInfo d, describe_dataset(file_.get(), path_, name));
       if (!d.reason.empty()) {
@@ -167,7 +200,7 @@ class Hdf5Reader final : public ReaderBase {
     const TensorInfo& t = tensors_[i];
     H5Id dataset(H5Dopen2(file_.get(), t.name.c_str(), H5P_DEFAULT));
     if (!dataset.valid()) {
-      return format_error(tensor_context(path_, t.name) + ": cannot open the dataset: " + hdf5_error_text());
+      return hdf5_read_error(tensor_context(path_, t.name) + ": cannot open the dataset");
     }
     H5Id mem_type = hdf5_float_type(t.dtype);
     if (!mem_type.valid()) return internal_error(path_ + ": cannot build the HDF5 memory type: " + hdf5_error_text());
@@ -186,7 +219,7 @@ Result<std::unique_ptr<TensorFileReader>> open_hdf5_reader(const std::string& pa
   quiet_hdf5_errors();
   if (H5Fis_hdf5(path.c_str()) <= 0) return format_error(path + ": not an HDF5 file (no HDF5 signature)");
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.valid()) return format_error(path + ": cannot open as HDF5: " + hdf5_error_text());
+  if (!file.valid()) return hdf5_read_error(path + ": cannot open as HDF5");
   auto reader = std::make_unique<Hdf5Reader>(path, std::move(file));
   GCZ_RETURN_IF_ERROR(reader->list());
   return std::unique_ptr<TensorFileReader>(std::move(reader));

@@ -19,57 +19,54 @@ constexpr FloatLayout kLayouts[] = {
     {DType::kFloat64, 8, 11, 52},
 };
 
-herr_t take_innermost(unsigned n, const H5E_error2_t* err, void* data) {
+// Walking upward, the first entry with a description that is not the plugin search's (which fails
+// in its own words before the filter's "is not registered").
+herr_t take_innermost(unsigned, const H5E_error2_t* err, void* data) {
   auto* text = static_cast<std::string*>(data);
-  if (n == 0 && err->desc) *text = err->desc;
+  if (text->empty() && err->desc && *err->desc && err->maj_num != H5E_PLUGIN) *text = err->desc;
   return 0;
 }
 
-// Adds the hyperslabs covering C-order elements [first, first + count) of dims[d..], with the indices
-// of dims[0..d) already fixed in `start` (and `block` 1 there).
-Status add_range(hid_t space, const Shape& dims, std::vector<hsize_t>& start, std::vector<hsize_t>& block,
-                 std::size_t d, uint64_t first, uint64_t count, bool& any) {
-  auto select = [&]() -> Status {
-    if (H5Sselect_hyperslab(space, any ? H5S_SELECT_OR : H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr) <
-        0) {
-      return internal_error("HDF5 hyperslab selection failed: " + hdf5_error_text());
-    }
-    any = true;
-    return Status::ok();
-  };
+struct Box {
+  std::vector<hsize_t> start, block;
+};
+
+// Appends the boxes covering C-order elements [first, first + count) of dims[d..], in order, with the
+// indices of dims[0..d) fixed in `at.start` (and `at.block` 1 there): a partial leading row, the
+// whole rows in one box, a partial trailing row.
+void add_boxes(const Shape& dims, Box& at, std::size_t d, uint64_t first, uint64_t count, std::vector<Box>& out) {
   if (d + 1 == dims.size()) {
-    start[d] = first;
-    block[d] = count;
-    return select();
+    at.start[d] = first;
+    at.block[d] = count;
+    out.push_back(at);
+    return;
   }
   uint64_t inner = 1;
   for (std::size_t k = d + 1; k < dims.size(); ++k) inner *= dims[k];
   uint64_t row = first / inner;
-  // A partial leading row, then whole rows in one hyperslab, then a partial trailing row.
   if (const uint64_t offset = first % inner; offset != 0) {
     const uint64_t take = std::min(count, inner - offset);
-    start[d] = row++;
-    block[d] = 1;
-    GCZ_RETURN_IF_ERROR(add_range(space, dims, start, block, d + 1, offset, take, any));
+    at.start[d] = row++;
+    at.block[d] = 1;
+    add_boxes(dims, at, d + 1, offset, take, out);
     count -= take;
   }
   if (const uint64_t rows = count / inner; rows > 0) {
-    start[d] = row;
-    block[d] = rows;
+    at.start[d] = row;
+    at.block[d] = rows;
     for (std::size_t k = d + 1; k < dims.size(); ++k) {
-      start[k] = 0;
-      block[k] = dims[k];
+      at.start[k] = 0;
+      at.block[k] = dims[k];
     }
-    GCZ_RETURN_IF_ERROR(select());
+    out.push_back(at);
     row += rows;
     count -= rows * inner;
   }
   if (count > 0) {
-    start[d] = row;
-    block[d] = 1;
-    GCZ_RETURN_IF_ERROR(add_range(space, dims, start, block, d + 1, 0, count, any));
+    at.start[d] = row;
+    at.block[d] = 1;
+    add_boxes(dims, at, d + 1, 0, count, out);
   }
-  return Status::ok();
 }
 
 }  // namespace
@@ -80,6 +77,19 @@ std::string hdf5_error_text() {
   std::string text;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, take_innermost, &text);
   return text.empty() ? "unknown HDF5 error" : text;
+}
+
+Status hdf5_read_error(const std::string& what) {
+  const std::string text = hdf5_error_text();
+  const std::string library = "HDF5 " + std::to_string(H5_VERS_MAJOR) + "." + std::to_string(H5_VERS_MINOR) + "." +
+                              std::to_string(H5_VERS_RELEASE);
+  if (text.find("is not registered") != std::string::npos) {
+    return unsupported(what + ": " + text + " (gcz's " + library + " lacks that filter)");
+  }
+  if (text.find("version") != std::string::npos) {
+    return unsupported(what + ": " + text + " (a newer HDF5 format than gcz's " + library + " reads)");
+  }
+  return format_error(what + ": " + text);
 }
 
 H5Id hdf5_float_type(DType dtype) {
@@ -117,10 +127,31 @@ std::optional<DType> dtype_of_hdf5_float(hid_t type) {
   return std::nullopt;
 }
 
-Status select_flat_range(hid_t space, const Shape& dims, uint64_t first, uint64_t count) {
-  std::vector<hsize_t> start(dims.size(), 0), block(dims.size(), 1);
-  bool any = false;
-  return add_range(space, dims, start, block, 0, first, count, any);
+Status transfer_flat_range(hid_t dataset, hid_t mem_type, const Shape& dims, uint64_t first, uint64_t count, void* buf,
+                           bool write, const std::function<Status()>& failed) {
+  std::vector<Box> boxes;
+  Box at{std::vector<hsize_t>(dims.size(), 0), std::vector<hsize_t>(dims.size(), 1)};
+  add_boxes(dims, at, 0, first, count, boxes);
+  const std::size_t esize = H5Tget_size(mem_type);
+  auto* p = static_cast<std::byte*>(buf);
+  H5Id file_space(H5Dget_space(dataset));
+  if (!file_space.valid()) return failed();
+  for (const Box& box : boxes) {
+    if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, box.start.data(), nullptr, box.block.data(), nullptr) <
+        0) {
+      return failed();
+    }
+    H5Id mem_space(H5Screate_simple(static_cast<int>(dims.size()), box.block.data(), nullptr));
+    if (!mem_space.valid()) return failed();
+    // Failures are reported before the spaces close: a successful close empties HDF5's error stack.
+    const herr_t r = write ? H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, p)
+                           : H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, p);
+    if (r < 0) return failed();
+    uint64_t n = 1;
+    for (hsize_t b : box.block) n *= b;
+    p += n * esize;
+  }
+  return Status::ok();
 }
 
 }  // namespace gcz::detail

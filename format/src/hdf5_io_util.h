@@ -6,6 +6,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -52,8 +53,14 @@ class H5Id {
 
 // Stops HDF5 from printing its error stack to stderr: failures become Status values instead.
 void quiet_hdf5_errors();
-// The innermost message on HDF5's current error stack (e.g. "file signature not found"), or "".
+// The innermost message on HDF5's current error stack that says what went wrong (e.g. "file
+// signature not found", "required filter 'lzf' is not registered"; the plugin search's own entries
+// are passed over), or "unknown HDF5 error". Take it right after the failing call: every HDF5 call
+// that succeeds, a close included, empties the stack.
 std::string hdf5_error_text();
+// `what` + ": " + hdf5_error_text(), as kUnsupported where the failure is this HDF5 library's limit
+// (a filter it lacks, a format version newer than it reads), else as kFormatError.
+Status hdf5_read_error(const std::string& what);
 
 // The float type gcz keeps `dtype` in, little-endian; float16 and bfloat16 are built as IEEE-style
 // types with 5/10 and 8/7 exponent/mantissa bits. Invalid id on failure.
@@ -61,8 +68,13 @@ H5Id hdf5_float_type(DType dtype);
 // The gcz dtype an HDF5 float type holds, by its bit layout; nullopt for other layouts.
 std::optional<DType> dtype_of_hdf5_float(hid_t type);
 
-// Selects C-order elements [first, first + count) of the simple dataspace `space` (shape `dims`,
-// count > 0) as a union of at most 2 * rank - 1 hyperslabs, which HDF5 visits in C order.
-Status select_flat_range(hid_t space, const Shape& dims, uint64_t first, uint64_t count);
+// Reads (write = false) or writes C-order elements [first, first + count) of `dataset` (a simple
+// dataspace of shape `dims`, count > 0) from or to `buf`, in `mem_type`: one transfer per box of the
+// range (at most 2 · rank − 1: a partial leading row, whole rows, a partial trailing row, at each
+// level), each with a memory space of the box's own shape. (With one 1-D memory space for them all,
+// HDF5 read a chunked dataset 25× slower.) On a failure, returns failed(), called while HDF5's error
+// stack still says why.
+Status transfer_flat_range(hid_t dataset, hid_t mem_type, const Shape& dims, uint64_t first, uint64_t count, void* buf,
+                           bool write, const std::function<Status()>& failed);
 
 }  // namespace gcz::detail

@@ -9,8 +9,10 @@
 #include <hdf5/serial/hdf5.h>
 #endif
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 
 #include "scratch_dir.h"
@@ -114,6 +116,87 @@ TEST_F(Hdf5Test, ReadsFloatDatasetsInNestedGroupsAndSkipsOthers) {
   EXPECT_NE((*r)->skipped()[0].reason.find("integer"), std::string::npos);
 }
 
+// A hostile .h5 may keep a dataset's data in any file it names (/etc/passwd) or map it from other
+// files: such datasets are skipped, not read. Links other than hard links are noted as skipped.
+TEST_F(Hdf5Test, SkipsDataKeptOutsideTheFileAndNotesLinks) {
+  const std::string p = dir_ + "/links.h5", outside = dir_ + "/outside.bin";
+  const std::vector<float> v = {1, 2, 3, 4};
+  {
+    std::ofstream(outside, std::ios::binary).write(reinterpret_cast<const char*>(v.data()), 16);
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    add_dataset(f, "ok", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4}, v.data());
+    const hsize_t n = 4;
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_external(dcpl, outside.c_str(), 0, 16), 0);
+    hid_t ext = H5Dcreate2(f, "external_storage", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ext, 0);
+    H5Dclose(ext);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    ASSERT_GE(H5Lcreate_soft("/ok", f, "soft", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_soft("/nowhere", f, "dangling", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_external("other.h5", "/t", f, "elsewhere", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ((*r)->tensors().size(), 1u);
+  EXPECT_EQ((*r)->tensors()[0].name, "ok");
+  std::map<std::string, std::string> skipped;
+  for (const SkippedTensor& s : (*r)->skipped()) skipped[s.name] = s.reason;
+  ASSERT_EQ(skipped.size(), 4u);
+  EXPECT_NE(skipped["external_storage"].find("HDF5 external storage"), std::string::npos);
+  EXPECT_NE(skipped["soft"].find("a soft link"), std::string::npos);
+  EXPECT_NE(skipped["dangling"].find("a soft link"), std::string::npos);
+  EXPECT_NE(skipped["elsewhere"].find("an external link"), std::string::npos);
+}
+
+// A failed read says what HDF5 found (here a deflate stream with corrupted bytes), not "unknown".
+TEST_F(Hdf5Test, AFailedReadSaysWhy) {
+  const std::string p = dir_ + "/gz.h5";
+  std::vector<float> v(64 * 64);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i));
+  haddr_t at = 0;
+  hsize_t size = 0;
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[2] = {64, 64}, chunk[2] = {32, 32};
+    hid_t space = H5Screate_simple(2, dims, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    H5Pset_deflate(dcpl, 6);
+    hid_t ds = H5Dcreate2(f, "w", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    unsigned mask = 0;
+    hsize_t offset[2] = {};
+    ASSERT_GE(H5Dflush(ds), 0);
+    ASSERT_GE(H5Dget_chunk_info(ds, space, 0, offset, &mask, &at, &size), 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  {
+    std::fstream file(p, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(at + size / 3));
+    const char junk[16] = {'\x55', '\x55', '\x55', '\x55', '\x55', '\x55', '\x55', '\x55',
+                           '\x55', '\x55', '\x55', '\x55', '\x55', '\x55', '\x55', '\x55'};
+    file.write(junk, sizeof junk);
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  auto src = (*r)->open(0);
+  ASSERT_TRUE(src);
+  std::vector<float> out(v.size());
+  const Status s = (*src)->read(0, out.size(), out.data());
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.code(), StatusCode::kFormatError);
+  EXPECT_NE(s.message().find("tensor 'w': HDF5 read failed: "), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("unknown HDF5 error"), std::string::npos) << s.message();
+}
+
+// Contiguous and in chunks of 2 x 3 x 2 (which no range lines up with): the same elements.
 TEST_F(Hdf5Test, ReadsEveryRangeOfA3dDataset) {
   const std::string p = dir_ + "/cube.h5";
   std::vector<double> v(3 * 4 * 5);
@@ -121,21 +204,33 @@ TEST_F(Hdf5Test, ReadsEveryRangeOfA3dDataset) {
   {
     hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     add_dataset(f, "cube", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {3, 4, 5}, v.data());
+    const hsize_t dims[3] = {3, 4, 5}, chunk[3] = {2, 3, 2};
+    hid_t space = H5Screate_simple(3, dims, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 3, chunk);
+    hid_t ds = H5Dcreate2(f, "cube_chunked", H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
     H5Fclose(f);
   }
   auto r = open_tensor_file(p, {});
   ASSERT_TRUE(r) << r.status().message();
-  auto src = (*r)->open(0);
-  ASSERT_TRUE(src);
-  for (uint64_t first = 0; first <= v.size(); ++first) {
-    for (uint64_t count = 0; first + count <= v.size(); ++count) {
-      std::vector<double> part(count, -1);
-      ASSERT_TRUE((*src)->read(first, count, part.data()).is_ok()) << first << "+" << count;
-      for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(part[i], v[first + i]) << first << "+" << count;
+  ASSERT_EQ((*r)->tensors().size(), 2u);
+  for (std::size_t t = 0; t < 2; ++t) {
+    auto src = (*r)->open(t);
+    ASSERT_TRUE(src);
+    for (uint64_t first = 0; first <= v.size(); ++first) {
+      for (uint64_t count = 0; first + count <= v.size(); ++count) {
+        std::vector<double> part(count, -1);
+        ASSERT_TRUE((*src)->read(first, count, part.data()).is_ok()) << first << "+" << count;
+        for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(part[i], v[first + i]) << t << ": " << first << "+" << count;
+      }
     }
+    double one;
+    EXPECT_EQ((*src)->read(60, 1, &one).code(), StatusCode::kInvalidArgument);
   }
-  double one;
-  EXPECT_EQ((*src)->read(60, 1, &one).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(Hdf5Test, WriterRoundTripsInChunks) {
