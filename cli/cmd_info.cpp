@@ -34,21 +34,8 @@ void print_table(const GczReader& r) {
     rows.push_back({printable(t.info.name), std::string(dtype_name(t.info.dtype)), shape_to_string(t.info.shape),
                     printable(chain_to_string(t.chain)), printable(streams), human_bytes(stored), ratio});
   }
-  std::vector<std::size_t> w(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (std::size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
-  }
   std::printf("\n");
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      const std::string pad(w[c] - row[c].size(), ' ');
-      line += c >= 5 ? pad + row[c] : row[c] + pad;
-      if (c + 1 < row.size()) line += "  ";
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    std::printf("%s\n", line.c_str());
-  }
+  print_columns(stdout, rows, 5);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -45,6 +46,35 @@ std::string printable(const std::string& text) {
 int report_error(const Status& status) {
   std::fprintf(stderr, "gcz: error: %s\n", printable(status.message()).c_str());
   return exit_code_for(status.code());
+}
+
+void print_columns(std::FILE* out, const std::vector<std::vector<std::string>>& rows, std::size_t left,
+                   bool rule_before_last) {
+  // Characters, not bytes: every byte but a UTF-8 continuation byte starts one.
+  auto width_of = [](const std::string& s) {
+    return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+  };
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()), 0);
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], width_of(row[c]));
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::string line;
+    if (rule_before_last && i + 1 == rows.size() && rows.size() > 2) {
+      for (std::size_t c = 0; c < width.size(); ++c) line += std::string(width[c], '-') + "  ";
+      if (!line.empty()) line.resize(line.size() - 2);
+      std::fprintf(out, "%s\n", line.c_str());
+      line.clear();
+    }
+    for (std::size_t c = 0; c < rows[i].size(); ++c) {
+      const std::string pad(width[c] - width_of(rows[i][c]), ' ');
+      line += c < left ? rows[i][c] + pad : pad + rows[i][c];
+      if (c + 1 < rows[i].size()) line += "  ";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::fprintf(out, "%s\n", line.c_str());
+  }
 }
 
 namespace {

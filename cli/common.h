@@ -1,6 +1,8 @@
 // Shared pieces of the gcz subcommands: exit codes, error printing, progress, option helpers.
 #pragma once
 
+#include <cstddef>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,13 @@ int exit_code_for(StatusCode code);
 std::string printable(const std::string& text);
 // Prints "gcz: error: MESSAGE" on stderr and returns the exit code for the status.
 int report_error(const Status& status);
+
+// Prints `rows` (the first a header) as columns two spaces apart, each as wide as its widest cell in
+// characters (UTF-8: a name such as 'ünï' takes 3, not 5); the first `left` columns are aligned left,
+// the others right. With `rule_before_last`, dashes under every column come before the last row (a
+// TOTAL), when there are rows besides it.
+void print_columns(std::FILE* out, const std::vector<std::vector<std::string>>& rows, std::size_t left,
+                   bool rule_before_last = false);
 
 // A progress line on stderr, redrawn at most ~10 times a second, only when stderr is a terminal.
 class ProgressLine {

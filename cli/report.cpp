@@ -74,27 +74,7 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
     for (std::string& cell : table.back()) cell = printable(cell);
     if (!cumulative) table.back().pop_back();
   }
-  std::vector<std::size_t> width(head.size(), 0);
-  for (const auto& line : table) {
-    for (std::size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
-  }
-  for (std::size_t i = 0; i < table.size(); ++i) {
-    if (i + 1 == table.size() && table.size() > 2) {
-      std::string rule;
-      for (std::size_t c = 0; c < width.size(); ++c) rule += std::string(width[c], '-') + (c + 1 < width.size() ? "  " : "");
-      std::fprintf(out, "%s\n", rule.c_str());
-    }
-    std::string line;
-    for (std::size_t c = 0; c < table[i].size(); ++c) {
-      const bool left = c < 4;
-      const std::string& s = table[i][c];
-      const std::string pad(width[c] - s.size(), ' ');
-      line += left ? s + pad : pad + s;
-      if (c + 1 < table[i].size()) line += "  ";
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    std::fprintf(out, "%s\n", line.c_str());
-  }
+  print_columns(out, table, 4, /*rule_before_last=*/true);
 }
 
 std::string csv_field(const std::string& s) {
@@ -207,25 +187,13 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
     std::fprintf(out, "== step %zu/%zu: %s\n", k + 1, steps.size(), printable(steps[k].file).c_str());
     print_table(out, rows_of(r));
     std::fprintf(out, "\n");
-    summary.push_back({std::to_string(k), steps[k].file, fmt("%.2f", r.total.ratio), fmt("%.3e", r.total.rel_l2),
-                       fmt("%.6f", r.total.cosine), fmt("%.4f", r.total.norm_ratio),
+    summary.push_back({std::to_string(k), printable(steps[k].file), fmt("%.2f", r.total.ratio),
+                       fmt("%.3e", r.total.rel_l2), fmt("%.6f", r.total.cosine), fmt("%.4f", r.total.norm_ratio),
                        r.cumulative ? fmt("%.3e", r.cumulative->rel_l2()) : std::string("-")});
   }
   std::fprintf(out, "== summary (error feedback %s; sum_rel_l2 = ||sum of decoded - sum of true|| / ||sum of true||)\n",
                feedback ? "on" : "off");
-  std::vector<std::size_t> w(summary[0].size(), 0);
-  for (const auto& row : summary) {
-    for (std::size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
-  }
-  for (const auto& row : summary) {
-    std::string line;
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      const std::string pad(w[c] - row[c].size(), ' ');
-      line += c < 2 ? row[c] + pad : pad + row[c];
-      if (c + 1 < row.size()) line += "  ";
-    }
-    std::fprintf(out, "%s\n", line.c_str());
-  }
+  print_columns(out, summary, 2);
 }
 
 void print_warnings(const EncodeReport& report, bool rules, const std::string& step) {

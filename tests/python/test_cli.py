@@ -837,6 +837,11 @@ def test_names_are_matched_and_written_by_character(tmp_path):
     assert codecs == {"\u00fcn\u00ef": "none", "abcde": "fp16"}  # '???' is three characters, not bytes
     gcz("decode", tmp_path / "u.gcz", "-o", tmp_path / "u.npz", check=True)
     assert sorted(np.load(tmp_path / "u.npz").files) == ["abcde", "\u00fcn\u00ef"]  # flagged UTF-8 in the zip
+    # Tables pad by characters: the shape column starts at one place on every row.
+    for command in (["eval", tmp_path / "u.safetensors"], ["info", tmp_path / "u.gcz"]):
+        lines = gcz(*command, check=True).stdout.splitlines()
+        rows = [ln for ln in lines if ln.startswith(("\u00fcn\u00ef ", "abcde "))]
+        assert len(rows) == 2 and len({len(r) - len(r[5:].lstrip()) for r in rows}) == 1, lines
 
 
 @pytest.mark.parametrize("name", ["", "x" * 5000])
