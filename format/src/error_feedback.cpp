@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "error_feedback_step.h"
+#include "file_util.h"
 #include "gcz/codec_spec.h"
 #include "gcz/convert.h"
 
@@ -106,7 +107,7 @@ Status ErrorFeedback::save(const std::string& path, const std::string& residual_
   GCZ_ASSIGN_OR_RETURN(EncodingPlan residual_plan, check_encoding_plan(residual_spec));
   GCZ_ASSIGN_OR_RETURN(EncodingPlan lossless, parse_encoding_plan("none"));
   std::optional<FileVersion> replaces;
-  if (path == file_path_) replaces = file_version_;
+  if (!file_path_.empty() && detail::same_file(path, file_path_)) replaces = file_version_;
   GCZ_ASSIGN_OR_RETURN(auto writer, GczWriter::create(path, replaces));
   // A residual codec that draws random numbers draws afresh with each save, as the steps do.
   detail::TensorEncoder encoder(*writer, Backend::kCpu, /*seed=*/steps_, uint64_t{1} << 24);

@@ -109,14 +109,48 @@ void forget_temp_path(const std::string& tmp) {
 namespace {
 
 FileVersion version_of(const struct stat& st) {
-  return {true, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  return {true, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+          static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
+}
+
+// The open, locked `dest` that rename_if_unchanged compares and replaces, or an errno. An exclusive
+// flock: a second writer of the same version waits for the first to finish, then finds `dest`
+// replaced. Taken before the registry's lock, so that a signal's cleanup never waits for it.
+struct DestLock {
+  int fd = -1;
+  int err = 0;
+  ~DestLock() {
+    if (fd >= 0) ::close(fd);  // unlocks
+  }
+};
+
+void lock_dest(const std::string& dest, DestLock& lock) {
+  lock.fd = ::open(dest.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (lock.fd < 0) {
+    lock.err = errno == ENOENT ? EEXIST : errno;  // removed meanwhile: changed
+    return;
+  }
+  int r;
+  while ((r = ::flock(lock.fd, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  if (r != 0 && errno == EBADF) {  // NFS locks a file open for writing only
+    ::close(lock.fd);
+    lock.fd = ::open(dest.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (lock.fd < 0) {
+      lock.err = errno;
+      return;
+    }
+    while ((r = ::flock(lock.fd, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+  }
+  if (r != 0) lock.err = errno;
 }
 
 // Renames `tmp` over `dest` only if `dest` is still `replaces`: no file (an atomic no-replace
-// rename), or the same file (checked and renamed under an exclusive flock of it, which a second
-// writer of the same version waits for and then finds it replaced). 0, EEXIST when `dest` changed,
-// or the errno.
-int rename_if_unchanged(const std::string& tmp, const std::string& dest, const FileVersion& replaces) {
+// rename), or the same file, checked under `lock` (lock_dest). 0, EEXIST when `dest` changed, or
+// the errno.
+int rename_if_unchanged(const std::string& tmp, const std::string& dest, const FileVersion& replaces,
+                        const DestLock& lock) {
   if (!replaces.exists) {
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dest.c_str(), RENAME_NOREPLACE) == 0) return 0;
     if (errno != EINVAL && errno != ENOSYS) return errno;  // EEXIST: made meanwhile
@@ -124,38 +158,31 @@ int rename_if_unchanged(const std::string& tmp, const std::string& dest, const F
     if (::lstat(dest.c_str(), &st) == 0) return EEXIST;
     return ::rename(tmp.c_str(), dest.c_str()) == 0 ? 0 : errno;
   }
-  const int fd = ::open(dest.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? EEXIST : errno;  // removed meanwhile
-  int err = 0;
+  if (lock.err != 0) return lock.err;
   struct stat held {};
   struct stat named {};
-  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-  }
-  if (::fstat(fd, &held) != 0 || ::stat(dest.c_str(), &named) != 0) {
-    err = errno == ENOENT ? EEXIST : errno;
-  } else if (!(version_of(held) == replaces && version_of(named) == replaces)) {
-    err = EEXIST;
-  } else if (::rename(tmp.c_str(), dest.c_str()) != 0) {
-    err = errno;
-  }
-  ::close(fd);  // unlocks, with the new file in place
-  return err;
+  if (::fstat(lock.fd, &held) != 0 || ::stat(dest.c_str(), &named) != 0) return errno == ENOENT ? EEXIST : errno;
+  if (!(version_of(held) == replaces && version_of(named) == replaces)) return EEXIST;
+  return ::rename(tmp.c_str(), dest.c_str()) == 0 ? 0 : errno;
 }
 
 }  // namespace
 
 int rename_temp_path(const std::string& tmp, const std::string& dest, const std::optional<FileVersion>& replaces) {
+  DestLock dest_lock;
+  if (replaces && replaces->exists) lock_dest(dest, dest_lock);
   // Under the registry's lock: remove_unfinished_outputs never sees a temporary half renamed.
   std::unique_lock<std::mutex> lock(temp_mutex());
   wait_if_stopped(lock);
   if (!temp_paths().count(tmp)) return ENOENT;  // removed already
-  // A file replaced keeps its permission bits (a state file kept private stays private).
+  // A file replaced keeps its permission bits (a state file kept private stays private); set-user-ID,
+  // set-group-ID and sticky bits are not copied, as cp does not.
   struct stat st {};
-  if (::lstat(dest.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::chmod(tmp.c_str(), st.st_mode & 07777) != 0) {
+  if (::lstat(dest.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::chmod(tmp.c_str(), st.st_mode & 0777) != 0) {
     return errno;
   }
   if (replaces) {
-    if (const int err = rename_if_unchanged(tmp, dest, *replaces); err != 0) return err;
+    if (const int err = rename_if_unchanged(tmp, dest, *replaces, dest_lock); err != 0) return err;
   } else if (::rename(tmp.c_str(), dest.c_str()) != 0) {
     return errno;
   }
@@ -256,22 +283,29 @@ Status AtomicFile::write_zeros(std::size_t n) {
 Status AtomicFile::commit() {
   // On disk before the rename: after a crash the path holds the old file or the whole new one.
   if (durable_ && ::fsync(fd_) != 0) return io_error(path_ + ": cannot flush to disk: " + errno_text());
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) return io_error(path_ + ": cannot stat: " + errno_text());
-  version_ = version_of(st);  // the rename keeps it
-  if (::close(fd_) != 0) {
-    fd_ = -1;
+  // A second descriptor, to name the file as it is once in place (the rename changes its ctime).
+  const int kept = ::dup(fd_);
+  if (kept < 0) return io_error(path_ + ": cannot duplicate a descriptor: " + errno_text());
+  const int closed = ::close(fd_);
+  fd_ = -1;
+  if (closed != 0) {
+    ::close(kept);
     return io_error(path_ + ": close failed: " + errno_text());
   }
-  fd_ = -1;
   if (const int err = rename_temp_path(tmp_path_, path_, replaces_); err != 0) {
+    ::close(kept);
     if (replaces_ && err == EEXIST) {
       return io_error(path_ + ": " + (replaces_->exists ? "replaced or removed" : "created") +
-                      " by another process since it was read; not overwritten, so that update is not lost");
+                      " by another process since gcz read or wrote it; not overwritten, so that update is not lost");
     }
     return io_error(path_ + ": cannot rename into place: " + std::strerror(err));
   }
   committed_ = true;
+  struct stat st {};
+  const int stat_err = ::fstat(kept, &st) == 0 ? 0 : errno;
+  ::close(kept);
+  if (stat_err != 0) return io_error(path_ + ": cannot stat: " + std::strerror(stat_err));
+  version_ = version_of(st);
   if (durable_) sync_parent_directory(path_);
   return Status::ok();
 }

@@ -79,7 +79,7 @@ class AtomicFile {
   Status write_zeros(std::size_t n);
   uint64_t position() const { return pos_; }
   Status commit();
-  const FileVersion& version() const { return version_; }  // once committed: the file put in place
+  const FileVersion& version() const { return version_; }  // once committed: the file in place
   const std::string& path() const { return path_; }
 
  private:

@@ -364,6 +364,16 @@ TEST(ErrorFeedback, SaveRefusesToLoseAnotherRunsUpdate) {
   ASSERT_TRUE(back);
   EXPECT_EQ(back->steps(), 2u);
 
+  // Changed in place (a new inode may even reuse the old one's number): the change time tells.
+  fs::permissions(state, fs::perms::owner_read | fs::perms::owner_write);
+  expect_refused(*a, "replaced or removed");
+  a = ErrorFeedback::load(state);
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(a->save((d / "." / "ef.gcz").string()));  // the same file, spelled otherwise
+  b = ErrorFeedback::load(state);
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(a->save(state));
+  expect_refused(*b, "replaced or removed");
   // Removed meanwhile: not written again (whoever removed it meant to start over).
   fs::remove(state);
   expect_refused(*a, "replaced or removed");

@@ -76,10 +76,12 @@ std::string chain_to_string(const std::vector<CodecStage>& chain);
 std::string index_to_json(const FileIndex& index);
 
 // Which file a path named when it was read: for a writer that must not replace a file changed since
-// (another process's update would be lost without a word).
+// (another process's update would be lost without a word). The inode's change time and size are
+// part of it, as a file system may give a new file the inode number of the one it replaced.
 struct FileVersion {
   bool exists = false;  // false: the path named no file
-  uint64_t device = 0, inode = 0;
+  uint64_t device = 0, inode = 0, size = 0;
+  int64_t change_ns = 0;  // st_ctim in nanoseconds
   bool operator==(const FileVersion&) const = default;
   static Result<FileVersion> of(const std::string& path);  // kIoError only when the path cannot be examined
 };

@@ -42,8 +42,8 @@ class ErrorFeedback {
   // Loads a state file written by save(); a path that does not exist gives an empty state.
   static Result<ErrorFeedback> load(const std::string& path);
   // Writes every entry to `path` atomically, residuals with `residual_spec` (lossless "none" by
-  // default; a lossy codec makes a smaller file whose residuals are approximate). Saved to the path
-  // it was last loaded from or saved to, it replaces only the file it read or wrote there (or, if
+  // default; a lossy codec makes a smaller file whose residuals are approximate). Saved to the file
+  // it was last loaded from or saved to (however spelled), it replaces only the file it read or wrote there (or, if
   // there was none, creates the file only if none has appeared): when another process has updated
   // the state meanwhile, it fails with kIoError and leaves that update in place, rather than lose it.
   Status save(const std::string& path, const std::string& residual_spec = "none");
