@@ -1,4 +1,6 @@
 // Shell patterns over UTF-8 names (gcz/pipeline.h, glob_match).
+#include <cctype>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -10,6 +12,35 @@ namespace gcz {
 namespace {
 
 constexpr std::size_t kNone = std::string_view::npos;
+constexpr std::size_t kInvalid = kNone - 1;  // a pattern fnmatch calls an error: it matches nothing
+
+// Whether ASCII character c is in the POSIX class `name` ("digit", ...), as in the C locale; false
+// for any other character and for an unknown class.
+bool in_class(std::string_view name, char32_t c) {
+  if (c > 0x7F) return false;
+  const int b = static_cast<int>(c);
+  if (name == "alpha") return std::isalpha(b);
+  if (name == "digit") return std::isdigit(b);
+  if (name == "alnum") return std::isalnum(b);
+  if (name == "upper") return std::isupper(b);
+  if (name == "lower") return std::islower(b);
+  if (name == "space") return std::isspace(b);
+  if (name == "blank") return b == ' ' || b == '\t';
+  if (name == "punct") return std::ispunct(b);
+  if (name == "xdigit") return std::isxdigit(b);
+  if (name == "cntrl") return std::iscntrl(b);
+  if (name == "graph") return std::isgraph(b);
+  if (name == "print") return std::isprint(b);
+  return false;
+}
+
+bool known_class(std::string_view name) {
+  for (const char* k :
+       {"alpha", "digit", "alnum", "upper", "lower", "space", "blank", "punct", "xdigit", "cntrl", "graph", "print"}) {
+    if (name == k) return true;
+  }
+  return false;
+}
 
 // The character of pattern `p` at i, a backslash making the next one plain; and the index after it.
 std::pair<char32_t, std::size_t> pattern_char(std::string_view p, std::size_t i) {
@@ -18,8 +49,10 @@ std::pair<char32_t, std::size_t> pattern_char(std::string_view p, std::size_t i)
   return {c, i + n};
 }
 
-// Matches the set `[...]` that starts at p[i] against c: the index after its `]`, or kNone when no
-// `]` closes it (then the `[` is a plain character).
+// Matches the set `[...]` that starts at p[i] against c: the index after its `]`; kNone when no `]`
+// closes it (then the `[` is a plain character); kInvalid for what fnmatch calls an error (an unknown
+// class, a range cut off by the pattern's end). Inside, `[:class:]` is a POSIX class of ASCII
+// characters, and `[.c.]` and `[=c=]` are the one character c (as in the C locale).
 std::size_t match_set(std::string_view p, std::size_t i, char32_t c, bool& matched) {
   std::size_t j = i + 1;
   const bool negate = j < p.size() && (p[j] == '!' || p[j] == '^');
@@ -30,9 +63,27 @@ std::size_t match_set(std::string_view p, std::size_t i, char32_t c, bool& match
       matched = in != negate;
       return j + 1;
     }
+    if (p[j] == '[' && j + 1 < p.size() && (p[j + 1] == ':' || p[j + 1] == '.' || p[j + 1] == '=')) {
+      const char kind = p[j + 1];
+      const std::size_t close = p.find(std::string{kind, ']'}, j + 2);
+      if (close == kNone) return kInvalid;
+      const std::string_view inner = p.substr(j + 2, close - j - 2);
+      if (kind == ':') {
+        if (!known_class(inner)) return kInvalid;
+        in = in || in_class(inner, c);
+      } else {
+        if (inner.empty() || detail::utf8_char(inner, 0).second != inner.size()) return kInvalid;
+        in = in || detail::utf8_char(inner, 0).first == c;
+      }
+      j = close + 2;
+      continue;
+    }
     auto [lo, next] = pattern_char(p, j);
     char32_t hi = lo;
-    if (next + 1 < p.size() && p[next] == '-' && p[next + 1] != ']') std::tie(hi, next) = pattern_char(p, next + 1);
+    if (next < p.size() && p[next] == '-' && (next + 1 == p.size() || p[next + 1] != ']')) {
+      if (next + 1 == p.size()) return kInvalid;  // "[a-": the range has no end
+      std::tie(hi, next) = pattern_char(p, next + 1);
+    }
     in = in || (lo <= c && c <= hi);
     j = next;
   }
@@ -59,6 +110,7 @@ bool glob_match(std::string_view p, std::string_view s) {
         next = pi + 1;
       } else if (p[pi] == '[') {
         next = match_set(p, pi, c, ok);
+        if (next == kInvalid) return false;
       } else if (p[pi] == '\\' && pi + 1 == p.size()) {
         next = pi;  // a pattern ending in a lone backslash matches nothing, as with fnmatch
       }
