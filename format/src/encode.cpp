@@ -94,12 +94,18 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
     GCZ_ASSIGN_OR_RETURN(auto reader, open_tensor_file(path, options.read));
     for (std::size_t i = 0; i < reader->tensors().size(); ++i) {
       const TensorInfo& t = reader->tensors()[i];
-      if (t.name.empty() || t.name.size() > kMaxNameBytes) {
+      const std::size_t most = options.error_feedback ? kMaxErrorFeedbackNameBytes : kMaxNameBytes;
+      if (t.name.empty() || t.name.size() > most) {
+        std::size_t cut = 64;  // at a character's start
+        while (cut < t.name.size() && (static_cast<unsigned char>(t.name[cut]) & 0xC0) == 0x80) --cut;
         const std::string which =
             t.name.empty() ? "a tensor with an empty name"
-                           : "tensor '" + t.name.substr(0, 64) + "...' (" + std::to_string(t.name.size()) + " bytes)";
+                           : "tensor '" + t.name.substr(0, cut) + "...' (" + std::to_string(t.name.size()) + " bytes)";
         return unsupported(path + ": " + which + ": a .gcz tensor name is 1-" + std::to_string(kMaxNameBytes) +
-                           " bytes (docs/FORMAT.md, 5.2)");
+                           " bytes (docs/FORMAT.md, 5.2)" +
+                           (options.error_feedback ? ", and " + std::to_string(most) +
+                                                         " with error feedback, whose state names it residual/NAME"
+                                                   : std::string()));
       }
       auto [it, fresh] = seen.emplace(t.name, path);
       if (!fresh) {

@@ -15,6 +15,8 @@ namespace {
 
 constexpr const char* kResidualPrefix = "residual/";
 constexpr const char* kStatePrefix = "state/";
+static_assert(kMaxErrorFeedbackNameBytes + std::char_traits<char>::length(kResidualPrefix) == kMaxNameBytes &&
+              std::char_traits<char>::length(kStatePrefix) < std::char_traits<char>::length(kResidualPrefix));
 constexpr const char* kMetaKey = "gcz.error_feedback";
 constexpr const char* kStepsKey = "gcz.ef_steps";
 

@@ -41,23 +41,22 @@ herr_t collect_link(hid_t, const char* name, const LinkInfo* info, void* data) {
   auto* skipped = static_cast<std::vector<SkippedTensor>*>(data);
   if (info->type == H5L_TYPE_SOFT) {
     skipped->push_back({name, "a soft link: gcz reads each dataset once, under its own path, not through links"});
+  } else if (info->type == H5L_TYPE_EXTERNAL) {
+    skipped->push_back({name, "an external link to another file, which gcz does not follow"});
   } else if (info->type != H5L_TYPE_HARD) {
-    skipped->push_back(
-        {name, std::string(info->type == H5L_TYPE_EXTERNAL ? "an external link" : "a user-defined link") +
-                   " to another file, which gcz does not follow"});
+    skipped->push_back({name, "a user-defined link, which gcz does not follow"});
   }
   return 0;
 }
 
-// The links that are not hard links (H5Ovisit goes through hard links only): each is noted as skipped.
-Status list_other_links(hid_t file, const std::string& path, std::vector<SkippedTensor>& skipped) {
+// The links that are not hard links (H5Ovisit goes through hard links only), noted as skipped. Only
+// notes: a file whose links cannot all be listed is still read.
+void list_other_links(hid_t file, std::vector<SkippedTensor>& skipped) {
 #if H5_VERSION_GE(1, 12, 0)
-  const herr_t r = H5Lvisit2(file, H5_INDEX_NAME, H5_ITER_INC, collect_link, &skipped);
+  (void)H5Lvisit2(file, H5_INDEX_NAME, H5_ITER_INC, collect_link, &skipped);
 #else
-  const herr_t r = H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_link, &skipped);
+  (void)H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_link, &skipped);
 #endif
-  if (r < 0) return hdf5_read_error(path + ": cannot list the HDF5 links");
-  return Status::ok();
 }
 
 const char* class_name(H5T_class_t c) {
@@ -181,7 +180,7 @@ class Hdf5Reader final : public ReaderBase {
   Status list() {
     std::vector<std::string> names;
     GCZ_RETURN_IF_ERROR(list_datasets(file_.get(), path_, names));
-    GCZ_RETURN_IF_ERROR(list_other_links(file_.get(), path_, skipped_));
+    list_other_links(file_.get(), skipped_);
     for (const std::string& name : names) {
       GCZ_ASSIGN_OR_RETURN(DatasetInfo d, describe_dataset(file_.get(), path_, name));
       if (!d.reason.empty()) {

@@ -86,8 +86,9 @@ Status hdf5_read_error(const std::string& what) {
   if (text.find("is not registered") != std::string::npos) {
     return unsupported(what + ": " + text + " (gcz's " + library + " lacks that filter)");
   }
-  if (text.find("version") != std::string::npos) {
-    return unsupported(what + ": " + text + " (a newer HDF5 format than gcz's " + library + " reads)");
+  if (text.find("version") != std::string::npos) {  // damaged, or newer than this library: HDF5 cannot tell
+    return format_error(what + ": " + text + " (the file is damaged, or in a newer HDF5 format than gcz's " + library +
+                        " reads)");
   }
   return format_error(what + ": " + text);
 }

@@ -59,7 +59,8 @@ void quiet_hdf5_errors();
 // that succeeds, a close included, empties the stack.
 std::string hdf5_error_text();
 // `what` + ": " + hdf5_error_text(), as kUnsupported where the failure is this HDF5 library's limit
-// (a filter it lacks, a format version newer than it reads), else as kFormatError.
+// (a filter it lacks), else as kFormatError (a "bad version" may be damage or a newer format: the
+// message says both).
 Status hdf5_read_error(const std::string& what);
 
 // The float type gcz keeps `dtype` in, little-endian; float16 and bfloat16 are built as IEEE-style

@@ -844,14 +844,15 @@ def test_names_are_matched_and_written_by_character(tmp_path):
         assert len(rows) == 2 and len({len(r) - len(r[5:].lstrip()) for r in rows}) == 1, lines
 
 
-@pytest.mark.parametrize("name", ["", "x" * 5000])
-def test_encode_refuses_names_a_gcz_cannot_hold(name, tmp_path):
+@pytest.mark.parametrize("name, extra", [("", []), ("x" * 5000, []), ("x" * 4090, ["--ef-state", "ef.gcz"])])
+def test_encode_refuses_names_a_gcz_cannot_hold(name, extra, tmp_path):
     write_safetensors(tmp_path / "n.safetensors", {name: np.ones(3, np.float32)})
-    r = gcz("encode", tmp_path / "n.safetensors", "-o", tmp_path / "n.gcz")
+    r = gcz("encode", tmp_path / "n.safetensors", "-o", tmp_path / "n.gcz", *extra, cwd=tmp_path)
     assert r.returncode == EXIT_UNSUPPORTED, r.stderr
     line = error_line(r)
     assert "a .gcz tensor name is 1-4096 bytes" in line and len(line) < 400, line
-    assert not (tmp_path / "n.gcz").exists()
+    assert ("4087 with error feedback" in line) == bool(extra), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n.safetensors"]  # neither OUTPUT nor a state
 
 
 @needs_samples

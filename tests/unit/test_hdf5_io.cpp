@@ -154,6 +154,7 @@ TEST_F(Hdf5Test, SkipsDataKeptOutsideTheFileAndNotesLinks) {
 
 // A failed read says what HDF5 found (here a deflate stream with corrupted bytes), not "unknown".
 TEST_F(Hdf5Test, AFailedReadSaysWhy) {
+#if H5_VERSION_GE(1, 10, 5)
   const std::string p = dir_ + "/gz.h5";
   std::vector<float> v(64 * 64);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i));
@@ -194,6 +195,9 @@ TEST_F(Hdf5Test, AFailedReadSaysWhy) {
   EXPECT_EQ(s.code(), StatusCode::kFormatError);
   EXPECT_NE(s.message().find("tensor 'w': HDF5 read failed: "), std::string::npos) << s.message();
   EXPECT_EQ(s.message().find("unknown HDF5 error"), std::string::npos) << s.message();
+#else
+  GTEST_SKIP() << "H5Dget_chunk_info, which finds the chunk to damage, needs HDF5 1.10.5";
+#endif
 }
 
 // Contiguous and in chunks of 2 x 3 x 2 (which no range lines up with): the same elements.

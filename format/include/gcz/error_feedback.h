@@ -28,6 +28,9 @@
 
 namespace gcz {
 
+// The longest tensor name error feedback takes: its state file stores the residual as "residual/NAME".
+inline constexpr std::size_t kMaxErrorFeedbackNameBytes = kMaxNameBytes - 9;
+
 class ErrorFeedback {
  public:
   struct Entry {
