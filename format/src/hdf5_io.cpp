@@ -11,8 +11,10 @@ namespace {
 
 #if H5_VERSION_GE(1, 12, 0)
 using ObjectInfo = H5O_info2_t;
+using LinkInfo = H5L_info2_t;
 #else
 using ObjectInfo = H5O_info_t;
+using LinkInfo = H5L_info_t;
 #endif
 
 herr_t collect_dataset(hid_t, const char* name, const ObjectInfo* info, void* data) {
@@ -30,12 +32,6 @@ Status list_datasets(hid_t file, const std::string& path, std::vector<std::strin
   std::sort(names.begin(), names.end());
   return Status::ok();
 }
-
-#if H5_VERSION_GE(1, 12, 0)
-using LinkInfo = H5L_info2_t;
-#else
-using LinkInfo = H5L_info_t;
-#endif
 
 herr_t collect_link(hid_t, const char* name, const LinkInfo* info, void* data) {
   auto* skipped = static_cast<std::vector<SkippedTensor>*>(data);
