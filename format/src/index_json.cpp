@@ -2,6 +2,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -134,14 +135,13 @@ Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, c
   // RFC 8259 leaves an object that has a key twice to each parser (most keep the last): gcz refuses
   // one, so that every reader sees the same index.
   std::vector<std::set<std::string>> keys;  // of each object being parsed, innermost last
-  std::string twice;
+  std::optional<std::string> twice;         // the first key found twice ("" is a key too)
   auto note_keys = [&](int, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) {
       keys.emplace_back();
     } else if (event == json::parse_event_t::object_end) {
       keys.pop_back();
-    } else if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second &&
-               twice.empty()) {
+    } else if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second && !twice) {
       twice = parsed.get<std::string>();
     }
     return true;
@@ -152,9 +152,9 @@ Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, c
   if (j.is_discarded() || !j.is_object()) {
     return rule_error(StatusCode::kFormatError, path, "", "index-json", "the index is not a valid JSON object");
   }
-  if (!twice.empty()) {
+  if (twice) {
     return rule_error(StatusCode::kFormatError, path, "", "index-json",
-                      "an object of the index has the key '" + twice + "' twice");
+                      "an object of the index has the key '" + *twice + "' twice");
   }
   FileIndex index;
   std::string current;  // tensor being parsed, for messages

@@ -209,5 +209,30 @@ TEST(Container, IndexJsonRoundTrips) {
   EXPECT_EQ(back->metadata.at("k"), "v");
 }
 
+// An object with a key twice is index-json at any depth, the empty key included; the same key in two
+// objects is not.
+TEST(Container, IndexObjectsWithAKeyTwiceAreRefused) {
+  FileIndex idx;
+  idx.producer = "gcz test";
+  idx.tensors = {fp16_record("a", {2}), fp16_record("b", {2})};
+  const std::string text = detail::serialize_index(idx);
+  ASSERT_TRUE(detail::parse_index(text, kFormatVersionMajor, "mem"));  // "name" etc. in both tensors
+  auto refused = [&](const std::string& edited) {
+    auto r = detail::parse_index(edited, kFormatVersionMajor, "mem");
+    return !r && r.status().message().find("index-json: an object of the index has the key") != std::string::npos;
+  };
+  const std::size_t meta = text.find("\"metadata\":{}");
+  ASSERT_NE(meta, std::string::npos) << text;
+  std::string edited = text;
+  edited.replace(meta, 13, "\"metadata\":{\"\":\"x\",\"\":\"y\"}");
+  EXPECT_TRUE(refused(edited)) << edited;
+  edited = text;
+  edited.replace(text.find("\"seed\":"), 7, "\"seed\":0,\"seed\":");  // in the first tensor
+  EXPECT_TRUE(refused(edited)) << edited;
+  edited = text;
+  edited.insert(1, "\"producer\":\"x\",");  // at the top
+  EXPECT_TRUE(refused(edited)) << edited;
+}
+
 }  // namespace
 }  // namespace gcz
