@@ -36,21 +36,28 @@ std::string param_to_string(const ParamValue& v) {
 
 namespace {
 
+// What a word parameter's text reads as: no number, a number, or a number beyond float64.
+enum class WordNumber { kNone, kNumber, kOutOfRange };
+
+WordNumber word_number(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789+-.eE") != std::string::npos) return WordNumber::kNone;
+  errno = 0;
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) return WordNumber::kNone;
+  return errno == ERANGE ? WordNumber::kOutOfRange : WordNumber::kNumber;
+}
+
 // A parameter's value in a message: a word that reads as a number was one in parentheses, "(4)", or
 // a JSON string in a file's index.
 std::string shown_param(const ParamValue& v) {
   std::string text = param_to_string(v);
-  bool number_word = false;
-  if (const auto* word = std::get_if<std::string>(&v); word && !word->empty()) {
-    errno = 0;
-    char* end = nullptr;
-    std::strtod(word->c_str(), &end);
-    number_word = errno == 0 && end == word->c_str() + word->size() &&
-                  word->find_first_not_of("0123456789+-.eE") == std::string::npos;
-  }
-  text.insert(0, 1, '\'');
+  text.insert(0, 1, '\'');  // not "'" + ...: GCC 12 warns of a false overlap there (-Wrestrict)
   text.push_back('\'');
-  if (number_word) text.append(", a word (a number in parentheses or quotes is one)");
+  const auto* word = std::get_if<std::string>(&v);
+  if (word && word_number(*word) == WordNumber::kNumber) {
+    text.append(", a word (a number in parentheses or quotes is one)");
+  }
   return text;
 }
 
@@ -80,11 +87,7 @@ Result<double> get_number_param(const Params& p, std::string_view codec, std::st
   if (it == p.end()) return def;
   if (const auto* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
   if (const auto* d = std::get_if<double>(&it->second)) return *d;
-  const std::string text = param_to_string(it->second);
-  errno = 0;
-  char* end = nullptr;
-  std::strtod(text.c_str(), &end);
-  const bool out_of_range = errno == ERANGE && !text.empty() && end == text.c_str() + text.size();
+  const bool out_of_range = word_number(param_to_string(it->second)) == WordNumber::kOutOfRange;
   const char* what = out_of_range ? "a number float64 can hold (magnitudes from about 2.2e-308 to 1.8e308)" : "a number";
   return invalid_argument("codec '" + std::string(codec) + "': parameter '" + std::string(key) + "' must be " + what +
                           ", got " + shown_param(it->second));

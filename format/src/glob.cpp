@@ -14,32 +14,28 @@ namespace {
 constexpr std::size_t kNone = std::string_view::npos;
 constexpr std::size_t kInvalid = kNone - 1;  // a pattern fnmatch calls an error: it matches nothing
 
-// Whether ASCII character c is in the POSIX class `name` ("digit", ...), as in the C locale; false
-// for any other character and for an unknown class.
-bool in_class(std::string_view name, char32_t c) {
-  if (c > 0x7F) return false;
-  const int b = static_cast<int>(c);
-  if (name == "alpha") return std::isalpha(b);
-  if (name == "digit") return std::isdigit(b);
-  if (name == "alnum") return std::isalnum(b);
-  if (name == "upper") return std::isupper(b);
-  if (name == "lower") return std::islower(b);
-  if (name == "space") return std::isspace(b);
-  if (name == "blank") return b == ' ' || b == '\t';
-  if (name == "punct") return std::ispunct(b);
-  if (name == "xdigit") return std::isxdigit(b);
-  if (name == "cntrl") return std::iscntrl(b);
-  if (name == "graph") return std::isgraph(b);
-  if (name == "print") return std::isprint(b);
-  return false;
-}
-
-bool known_class(std::string_view name) {
-  for (const char* k :
-       {"alpha", "digit", "alnum", "upper", "lower", "space", "blank", "punct", "xdigit", "cntrl", "graph", "print"}) {
-    if (name == k) return true;
+// The POSIX class `name` ("digit", ...) as a test of an ASCII character in the C locale, or null for
+// an unknown class.
+using ClassTest = int (*)(int);
+ClassTest class_test(std::string_view name) {
+  static constexpr std::pair<std::string_view, ClassTest> kClasses[] = {
+      {"alpha", [](int b) { return std::isalpha(b); }},
+      {"digit", [](int b) { return std::isdigit(b); }},
+      {"alnum", [](int b) { return std::isalnum(b); }},
+      {"upper", [](int b) { return std::isupper(b); }},
+      {"lower", [](int b) { return std::islower(b); }},
+      {"space", [](int b) { return std::isspace(b); }},
+      {"blank", [](int b) { return static_cast<int>(b == ' ' || b == '\t'); }},
+      {"punct", [](int b) { return std::ispunct(b); }},
+      {"xdigit", [](int b) { return std::isxdigit(b); }},
+      {"cntrl", [](int b) { return std::iscntrl(b); }},
+      {"graph", [](int b) { return std::isgraph(b); }},
+      {"print", [](int b) { return std::isprint(b); }},
+  };
+  for (const auto& [n, test] : kClasses) {
+    if (n == name) return test;
   }
-  return false;
+  return nullptr;
 }
 
 // The character of pattern `p` at i, a backslash making the next one plain; and the index after it.
@@ -69,8 +65,9 @@ std::size_t match_set(std::string_view p, std::size_t i, char32_t c, bool& match
       if (close == kNone) return kInvalid;
       const std::string_view inner = p.substr(j + 2, close - j - 2);
       if (kind == ':') {
-        if (!known_class(inner)) return kInvalid;
-        in = in || in_class(inner, c);
+        const ClassTest test = class_test(inner);
+        if (test == nullptr) return kInvalid;
+        in = in || (c <= 0x7F && test(static_cast<int>(c)) != 0);
       } else {
         if (inner.empty() || detail::utf8_char(inner, 0).second != inner.size()) return kInvalid;
         in = in || detail::utf8_char(inner, 0).first == c;
