@@ -1,6 +1,9 @@
 #include "common.h"
 
+#include <locale.h>
 #include <unistd.h>
+#include <wchar.h>
+#include <wctype.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +13,7 @@
 #include <cstdlib>
 
 #include "gcz/codec.h"
+#include "gcz/detail/utf8.h"
 
 namespace gcz::cli {
 
@@ -27,18 +31,60 @@ int exit_code_for(StatusCode code) {
   return kExitInternal;
 }
 
+namespace {
+
+// The C library's tables of which characters print and how many columns each takes, from its
+// built-in UTF-8 locale; null where it has none (then every character from U+00A0 up prints, one
+// column wide).
+locale_t utf8_locale() {
+  static const locale_t loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t{});
+  return loc;
+}
+
+bool prints_as_itself(char32_t c) {
+  if (c < 0x20 || (c >= 0x7f && c < 0xa0)) return false;  // C0 and C1 controls, DEL
+  if (c >= 0xDC80 && c <= 0xDCFF) return false;           // a byte that is not UTF-8 (utf8_char)
+  // Bidirectional controls print nothing but reorder the text around them.
+  if (c == 0x061c || c == 0x200e || c == 0x200f || (c >= 0x202a && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069)) {
+    return false;
+  }
+  const locale_t loc = utf8_locale();
+  return loc == locale_t{} || iswprint_l(static_cast<wint_t>(c), loc) != 0;
+}
+
+// Terminal columns of printable UTF-8 text: two for a wide (East Asian) character, none for a
+// combining one.
+std::size_t display_width(const std::string& s) {
+  const locale_t loc = utf8_locale();
+  const locale_t before = loc == locale_t{} ? locale_t{} : uselocale(loc);
+  std::size_t width = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto [c, n] = detail::utf8_char(s, i);
+    i += n;
+    const int w = loc == locale_t{} ? 1 : wcwidth(static_cast<wchar_t>(c));
+    width += w < 0 ? 1 : static_cast<std::size_t>(w);
+  }
+  if (loc != locale_t{}) uselocale(before);
+  return width;
+}
+
+}  // namespace
+
 std::string printable(const std::string& text) {
   std::string out;
   out.reserve(text.size());
-  for (char c : text) {
-    const auto b = static_cast<unsigned char>(c);
-    if (b >= 0x20 && b != 0x7f) {
-      out += c;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto [c, n] = detail::utf8_char(text, i);
+    if (prints_as_itself(c)) {
+      out.append(text, i, n);
     } else {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\x%02x", b);
-      out += esc;
+      for (std::size_t k = i; k < i + n; ++k) {
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\x%02x", static_cast<unsigned char>(text[k]));
+        out += esc;
+      }
     }
+    i += n;
   }
   return out;
 }
@@ -50,14 +96,10 @@ int report_error(const Status& status) {
 
 void print_columns(std::FILE* out, const std::vector<std::vector<std::string>>& rows, std::size_t left,
                    bool rule_before_last) {
-  // Characters, not bytes: every byte but a UTF-8 continuation byte starts one.
-  auto width_of = [](const std::string& s) {
-    return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
-  };
   std::vector<std::size_t> width;
   for (const auto& row : rows) {
     width.resize(std::max(width.size(), row.size()), 0);
-    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], width_of(row[c]));
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], display_width(row[c]));
   }
   for (std::size_t i = 0; i < rows.size(); ++i) {
     std::string line;
@@ -68,7 +110,7 @@ void print_columns(std::FILE* out, const std::vector<std::vector<std::string>>& 
       line.clear();
     }
     for (std::size_t c = 0; c < rows[i].size(); ++c) {
-      const std::string pad(width[c] - width_of(rows[i][c]), ' ');
+      const std::string pad(width[c] - display_width(rows[i][c]), ' ');
       line += c < left ? rows[i][c] + pad : pad + rows[i][c];
       if (c + 1 < rows[i].size()) line += "  ";
     }

@@ -26,14 +26,16 @@ enum ExitCode : int {
 };
 
 int exit_code_for(StatusCode code);
-// `text` with control characters (bytes below 0x20, and 0x7f) written as \xNN: names from a file
-// cannot break a line of output or drive the terminal.
+// `text` with each byte of what would not print as itself written as \xNN: control characters
+// (C0, DEL, C1), bidirectional controls, bytes that are not UTF-8, and characters the C library
+// does not call printable. Names from a file cannot break a line of output, drive the terminal or
+// reorder what it shows.
 std::string printable(const std::string& text);
 // Prints "gcz: error: MESSAGE" on stderr and returns the exit code for the status.
 int report_error(const Status& status);
 
 // Prints `rows` (the first a header) as columns two spaces apart, each as wide as its widest cell in
-// characters (UTF-8: a name such as 'ünï' takes 3, not 5); the first `left` columns are aligned left,
+// terminal columns (UTF-8: a name such as 'ünï' takes 3, not 5, and '层' 2); the first `left` columns are aligned left,
 // the others right. With `rule_before_last`, dashes under every column come before the last row (a
 // TOTAL), when there are rows besides it.
 void print_columns(std::FILE* out, const std::vector<std::vector<std::string>>& rows, std::size_t left,

@@ -6,6 +6,7 @@
 
 #include "gcz/codec_spec.h"
 #include "gcz/container.h"
+#include "gcz/detail/utf8.h"
 #include "gcz/pipeline.h"
 #include "error_feedback_step.h"
 #include "file_util.h"
@@ -96,16 +97,21 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       const TensorInfo& t = reader->tensors()[i];
       const std::size_t most = options.error_feedback ? kMaxErrorFeedbackNameBytes : kMaxNameBytes;
       if (t.name.empty() || t.name.size() > most) {
-        std::size_t cut = 64;  // at a character's start
-        while (cut < t.name.size() && (static_cast<unsigned char>(t.name[cut]) & 0xC0) == 0x80) --cut;
-        const std::string which =
-            t.name.empty() ? "a tensor with an empty name"
-                           : "tensor '" + t.name.substr(0, cut) + "...' (" + std::to_string(t.name.size()) + " bytes)";
+        const std::string which = t.name.empty() ? "a tensor with an empty name"
+                                                 : "tensor '" + std::string(detail::utf8_prefix(t.name, 64)) +
+                                                       "...' (" + std::to_string(t.name.size()) + " bytes)";
         return unsupported(path + ": " + which + ": a .gcz tensor name is 1-" + std::to_string(kMaxNameBytes) +
                            " bytes (docs/FORMAT.md, 5.2)" +
                            (options.error_feedback ? ", and " + std::to_string(most) +
                                                          " with error feedback, whose state names it residual/NAME"
                                                    : std::string()));
+      }
+      if (!detail::is_utf8(t.name)) {
+        // The index is UTF-8 JSON: such a name would be written with U+FFFD in place of its stray
+        // bytes, a name the input does not have, and two of them could become one.
+        return unsupported(path + ": tensor '" + t.name +
+                           "': a .gcz tensor name is UTF-8 text (docs/FORMAT.md, 5.2), and this one has bytes that "
+                           "are not; rename it");
       }
       auto [it, fresh] = seen.emplace(t.name, path);
       if (!fresh) {

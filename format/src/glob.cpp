@@ -5,8 +5,8 @@
 #include <tuple>
 #include <utility>
 
+#include "gcz/detail/utf8.h"
 #include "gcz/pipeline.h"
-#include "utf8.h"
 
 namespace gcz {
 namespace {

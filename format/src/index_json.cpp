@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gcz/detail/utf8.h"
+
 namespace gcz::detail {
 namespace {
 
@@ -181,7 +183,7 @@ Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, c
       rec.info.name = field(t, "name", json::value_t::string, "").get<std::string>();
       if (rec.info.name.empty() || rec.info.name.size() > kMaxNameBytes) {
         return rule_error(
-            StatusCode::kFormatError, path, rec.info.name.substr(0, 64), "duplicate-name",
+            StatusCode::kFormatError, path, std::string(utf8_prefix(rec.info.name, 64)), "duplicate-name",
             "a tensor name must be 1-4096 bytes, and this one has " + std::to_string(rec.info.name.size()));
       }
       current = rec.info.name;

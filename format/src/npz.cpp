@@ -9,8 +9,8 @@
 #include <cstring>
 #include <set>
 
+#include "gcz/detail/utf8.h"
 #include "tensor_io_common.h"
-#include "utf8.h"
 
 namespace gcz::detail {
 namespace {

@@ -346,8 +346,8 @@ def make_gcz_corpus() -> None:
     add("duplicate-name", base(c=tensor("layer0.weight", "float64", [], [{"name": "none", "params": {}}],
                                         [stream(C_VALUE)])), "two tensors named 'layer0.weight'")
     add("duplicate-name-empty", base(edit=edit_tensor(2, lambda t: set_key(t, "name", ""))), "an empty name")
-    add("duplicate-name-too-long", base(edit=edit_tensor(2, lambda t: set_key(t, "name", "n" * 4097))),
-        "a 4097-byte name")
+    add("duplicate-name-too-long", base(edit=edit_tensor(2, lambda t: set_key(t, "name", "n" + "\u00e9" * 2048))),
+        "a 4097-byte name, two bytes a character after the first")
     add("bad-dtype", base(edit=edit_tensor(0, lambda t: set_key(t, "dtype", "int32"))), "dtype 'int32'")
     add("bad-dtype-alias", base(edit=edit_tensor(0, lambda t: set_key(t, "dtype", "f32"))),
         "dtype 'f32' (a CLI spelling, not a FORMAT.md dtype)")

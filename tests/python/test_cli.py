@@ -821,6 +821,38 @@ def test_names_with_control_characters_are_printed_escaped(tmp_path):
     assert "\x1b" not in r.stdout and "x\\x0ay" in r.stdout
 
 
+def test_names_print_by_terminal_columns_and_what_does_not_print_is_escaped(tmp_path):
+    # A C1 CSI (U+009B, which some terminals obey) and a right-to-left override are escaped byte by
+    # byte; a wide character takes two columns and a combining accent none.
+    names = {"c1\u009b31m": "c1\\xc2\\x9b31m", "bidi\u202eabc": "bidi\\xe2\\x80\\xaeabc",
+             "\u5c421": "\u5c421", "e\u0301": "e\u0301", "plain": "plain"}
+    write_safetensors(tmp_path / "n.safetensors", {n: np.ones(4, np.float32) for n in names})
+    gcz("encode", tmp_path / "n.safetensors", "-o", tmp_path / "n.gcz", "-q", check=True)
+    columns = {"\u5c421": 3, "e\u0301": 1}
+    for command in (["eval", tmp_path / "n.safetensors"], ["info", tmp_path / "n.gcz"]):
+        out = subprocess.run([str(GCZ), *map(str, command)], capture_output=True, check=True).stdout.decode()
+        rows = {shown: ln for ln in out.splitlines() for shown in names.values() if ln.startswith(shown + " ")}
+        assert len(rows) == len(names), out
+        # The second column starts in the same terminal column on every row.
+        starts = {columns.get(shown, len(shown)) + len(ln) - len(shown) - len(ln[len(shown):].lstrip())
+                  for shown, ln in rows.items()}
+        assert len(starts) == 1, out
+
+
+def test_names_that_are_not_utf8_are_refused(tmp_path):
+    # An index is UTF-8 JSON: two such names would both have become 'bad\ufffd', a file gcz refuses.
+    (tmp_path / "d").mkdir()
+    for raw in (b"bad\xff", b"bad\xfe"):
+        with open(os.path.join(bytes(tmp_path / "d"), raw + b".npy"), "wb") as f:
+            np.save(f, np.ones(4, np.float32))
+    for command in (["encode", "-o", tmp_path / "d.gcz"], ["eval"]):
+        r = subprocess.run([str(GCZ), command[0], str(tmp_path / "d"), *map(str, command[1:])], capture_output=True)
+        assert r.returncode == EXIT_UNSUPPORTED, r
+        line = r.stderr.decode()  # strict: the message is UTF-8, the stray byte written as \xNN
+        assert "tensor 'bad\\xfe': a .gcz tensor name is UTF-8 text" in line and line.count("\n") == 1, line
+    assert not (tmp_path / "d.gcz").exists()
+
+
 def test_npz_output_refuses_names_that_climb_out(tmp_path):
     write_safetensors(tmp_path / "e.safetensors", {"../evil": np.ones(4, np.float32)})
     gcz("encode", tmp_path / "e.safetensors", "-o", tmp_path / "e.gcz", "-q", check=True)

@@ -35,4 +35,12 @@ inline bool is_utf8(std::string_view s) {
   return true;
 }
 
+// At most `most` bytes of s, cut where a character starts (a name shortened for a message).
+inline std::string_view utf8_prefix(std::string_view s, std::size_t most) {
+  if (s.size() <= most) return s;
+  std::size_t cut = most;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
 }  // namespace gcz::detail
