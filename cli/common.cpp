@@ -211,12 +211,21 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
       ->capture_default_str();
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
   app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");
-  app.add_option("--report", a.report_format,
-                 "Report format: table, json or csv (the last of --report, --json, --csv wins)")
-      ->check(CLI::IsMember({"table", "json", "csv"}))
-      ->capture_default_str();
-  app.add_flag_callback("--json", [&a] { a.report_format = "json"; }, "Same as --report json");
-  app.add_flag_callback("--csv", [&a] { a.report_format = "csv"; }, "Same as --report csv");
+  CLI::Option* report = app.add_option("--report", a.report_format,
+                                       "Report format: table, json or csv (the last of --report, --json, --csv "
+                                       "wins)")
+                            ->check(CLI::IsMember({"table", "json", "csv"}))
+                            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                            ->capture_default_str();
+  CLI::Option* json = app.add_flag("--json")->description("Same as --report json");
+  CLI::Option* csv = app.add_flag("--csv")->description("Same as --report csv");
+  // CLI11 runs no option's callback in the order typed: the format is settled once parsing is done.
+  app.parse_complete_callback([&app, &a, report, json, csv] {
+    const auto& order = app.parse_order();
+    const auto last = std::find_if(order.rbegin(), order.rend(),
+                                   [&](const CLI::Option* o) { return o == report || o == json || o == csv; });
+    if (last != order.rend() && *last != report) a.report_format = *last == json ? "json" : "csv";
+  });
   app.add_flag("-q,--quiet", a.quiet, "Print no report (errors and warnings still go to stderr)");
 }
 

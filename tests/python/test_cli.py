@@ -330,6 +330,17 @@ def test_json_report_totals_are_consistent(tmp_path):
     assert rep["skipped"] == []
 
 
+@pytest.mark.parametrize("flags, shown", [
+    (["--csv", "--json"], "json"), (["--json", "--csv"], "csv"), (["--csv", "--report", "table"], "table"),
+    (["--report", "table", "--csv"], "csv"), (["--report", "json", "--report", "table"], "table"),
+    (["--report=csv", "--json", "--json"], "json"), ([], "table")])
+def test_the_last_report_flag_wins(flags, shown, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    out = gcz("eval", tmp_path / "x.npy", *flags, check=True).stdout
+    assert {"{": "json", "tensor,": "csv", "tensor ": "table"}[next(
+        p for p in ("{", "tensor,", "tensor ") if out.startswith(p))] == shown, out
+
+
 @needs_samples
 def test_csv_report_has_a_header_and_a_row_per_tensor_and_total(tmp_path):
     r = gcz("encode", SAMPLE, "-o", tmp_path / "out.gcz", "--csv", check=True)
