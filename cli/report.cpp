@@ -210,9 +210,10 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
     if (m.decoded_nonfinite > 0) {
       std::fprintf(stderr,
                    "gcz: warning: %stensor '%s': %llu decoded values are infinite or NaN where the input is finite: "
-                   "the codec's output overflows %s (qsgd:scale=l2, for one, can exceed the largest input)\n",
+                   "%s overflowed a type it stores or decodes to (float16 ends at 65504); they are in the error "
+                   "metrics\n",
                    at.c_str(), name.c_str(), static_cast<unsigned long long>(m.decoded_nonfinite),
-                   std::string(dtype_name(t.dtype)).c_str());
+                   printable(t.codec).c_str());
     }
     if (m.norm_ratio < kNormRatioWarning) {
       std::fprintf(stderr,

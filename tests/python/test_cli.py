@@ -409,9 +409,15 @@ def test_finite_input_decoded_to_inf_is_counted_and_warned_of(tmp_path):
     r = gcz("eval", tmp_path / "h.npy", "-c", "qsgd:bits=2,scale=l2,rounding=nearest", "--json", check=True)
     assert json.loads(r.stdout)["tensors"][0]["metrics"]["decoded_nonfinite"] == 2
     assert "2 decoded values are infinite or NaN where the input is finite" in r.stderr
-    assert "overflows float16" in r.stderr
+    assert re.search(r"finite: qsgd:\S*scale=l2\S* overflowed a type it stores or decodes to", r.stderr), r.stderr
     r = gcz("eval", tmp_path / "h.npy", "-c", "qsgd:bits=2,rounding=nearest", "--json", check=True)  # scale=max
     assert json.loads(r.stdout)["tensors"][0]["metrics"]["decoded_nonfinite"] == 0 and "warning" not in r.stderr
+    # A float32 input beyond float16, cast to fp16: the cast overflows, and the metrics say so.
+    np.save(tmp_path / "f.npy", np.array([1e5, 1], np.float32))
+    r = gcz("eval", tmp_path / "f.npy", "-c", "fp16", "--json", check=True)
+    m = json.loads(r.stdout)["tensors"][0]["metrics"]
+    assert m["decoded_nonfinite"] == 1 and m["rel_l2"] is None and m["snr_db"] is None, m
+    assert "fp16 overflowed a type it stores or decodes to (float16 ends at 65504)" in r.stderr
 
 
 def test_nonfinite_input_warns_and_counts(tmp_path):
