@@ -19,7 +19,8 @@ RunFn add_encode_command(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "The .gcz file to write (replaced atomically; nothing is left on failure)")
       ->required();
   cmd->add_option("--meta", a->encode.meta,
-                  "Free-form KEY=VALUE metadata stored in the file; repeatable. Example: --meta step=1200")
+                  "Free-form KEY=VALUE metadata stored in the file; repeatable, each key once. Example: --meta "
+                  "step=1200")
       ->allow_extra_args(false);  // one KEY=VALUE each time: an input after it stays an input
   cmd->add_option("--ef-state", a->ef_state,
                   "Error feedback: add the residuals stored in this .gcz to the gradients before encoding, then "

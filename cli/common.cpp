@@ -89,8 +89,16 @@ std::string printable(const std::string& text) {
   return out;
 }
 
+namespace {
+std::string g_command = "gcz";  // the command running, for the --help that a usage error points to
+}  // namespace
+
+void set_command_for_usage_errors(const std::string& command) { g_command = command; }
+
 int report_error(const Status& status) {
-  std::fprintf(stderr, "gcz: error: %s\n", printable(status.message()).c_str());
+  const std::string help =
+      status.code() == StatusCode::kInvalidArgument ? " (see '" + g_command + " --help')" : std::string();
+  std::fprintf(stderr, "gcz: error: %s%s\n", printable(status.message()).c_str(), help.c_str());
   return exit_code_for(status.code());
 }
 
@@ -210,7 +218,10 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
       ->check(whole_number(kMaxThreads))
       ->capture_default_str();
   app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
-  app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024");
+  app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.empty() ? "expected comma-separated sizes, e.g. 4096,1024" : std::string(); },
+          ""));
   CLI::Option* report = app.add_option("--report", a.report_format,
                                        "Report format: table, json or csv (the last of --report, --json, --csv "
                                        "wins)")
@@ -261,13 +272,16 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
     o.read.raw_shape = shape;
   }
   if (o.read.raw_dtype.has_value() != o.read.raw_shape.has_value()) {
-    return invalid_argument("raw input needs both --dtype and --shape");
+    return invalid_argument(std::string("raw input needs both --dtype and --shape, and ") +
+                            (o.read.raw_dtype ? "--shape" : "--dtype") + " is missing");
   }
   for (const std::string& m : a.meta) {
     const auto eq = m.find('=');
     if (eq == std::string::npos || eq == 0) return invalid_argument("--meta '" + m + "': expected KEY=VALUE");
     if (m.rfind("gcz.", 0) == 0) return invalid_argument("--meta '" + m + "': keys starting 'gcz.' are gcz's own");
-    o.metadata[m.substr(0, eq)] = m.substr(eq + 1);
+    if (!o.metadata.emplace(m.substr(0, eq), m.substr(eq + 1)).second) {
+      return invalid_argument("--meta '" + m + "': the key '" + m.substr(0, eq) + "' is given twice");
+    }
   }
   return o;
 }

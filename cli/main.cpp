@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& [sub, run] : runs) {
     if (!sub->parsed()) continue;
+    set_command_for_usage_errors("gcz " + sub->get_name());
     // The library reports failures as Status; an exception here is a bug or the machine's limit.
     // Either way: one line, and the unfinished outputs go (their destructors ran on the way here).
     try {

@@ -184,7 +184,7 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
   std::vector<std::vector<std::string>> summary = {{"step", "file", "ratio", "rel_l2", "cosine", "norm_ratio", "sum_rel_l2"}};
   for (std::size_t k = 0; k < steps.size(); ++k) {
     const EncodeReport& r = steps[k].report;
-    std::fprintf(out, "== step %zu/%zu: %s\n", k + 1, steps.size(), printable(steps[k].file).c_str());
+    std::fprintf(out, "== step %zu: %s (%zu of %zu)\n", k, printable(steps[k].file).c_str(), k + 1, steps.size());
     print_table(out, rows_of(r));
     std::fprintf(out, "\n");
     summary.push_back({std::to_string(k), printable(steps[k].file), fmt("%.2f", r.total.ratio),

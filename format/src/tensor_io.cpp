@@ -21,10 +21,12 @@ std::string lower_extension(const std::string& path) {
   return ext;
 }
 
-Status unknown_extension(const std::string& path) {
+// What a path of no known extension may be instead: raw bytes when read, a directory when written.
+Status unknown_extension(const std::string& path, bool writing) {
   const std::string ext = lower_extension(path);
   return unsupported(path + ": unknown tensor file extension " + (ext.empty() ? "(none)" : "'" + ext + "'") +
-                     "; known: " + kKnownExtensions);
+                     "; known: " + kKnownExtensions +
+                     (writing ? " (a path ending in '/')" : ", and any file as raw bytes given --dtype and --shape"));
 }
 
 }  // namespace
@@ -65,7 +67,7 @@ Result<std::unique_ptr<TensorFileReader>> open_tensor_file(const std::string& pa
   if ((options.raw_dtype || options.raw_shape) && (!format || *format == TensorFileFormat::kRaw)) {
     return detail::open_raw_reader(path, options);
   }
-  if (!format) return unknown_extension(path);
+  if (!format) return unknown_extension(path, false);
   switch (*format) {
     case TensorFileFormat::kNpy: return detail::open_npy_reader(path, /*in_container=*/false);
     case TensorFileFormat::kNpz: return detail::open_npz_reader(path);
@@ -83,7 +85,7 @@ Result<std::unique_ptr<TensorFileWriter>> create_tensor_file(const std::string& 
   if (path.empty()) return invalid_argument("no output path given");
   GCZ_RETURN_IF_ERROR(detail::check_tensor_list(path, tensors));
   const auto format = tensor_format_from_path(path);
-  if (!format) return unknown_extension(path);
+  if (!format) return unknown_extension(path, true);
   if (*format != TensorFileFormat::kDirectory) GCZ_RETURN_IF_ERROR(detail::check_output_file(path));
   switch (*format) {
     case TensorFileFormat::kNpy: return detail::create_npy_writer(path, tensors, options);

@@ -856,6 +856,41 @@ def test_names_print_by_terminal_columns_and_what_does_not_print_is_escaped(tmp_
         assert len(starts) == 1, out
 
 
+@pytest.mark.parametrize("args, says", [
+    (["x.npy", "y"], "tensor 'x' appears in both "),  # y/x.npy is named 'x' too
+    (["r.bin", "--dtype", "f32"], "and --shape is missing"),
+    (["r.bin", "--dtype", "f32", "--shape", ""], "--shape: expected comma-separated sizes"),
+    (["x.npy", "--rule", "noequals"], "--rule 'noequals': expected GLOB=SPEC"),
+])
+def test_usage_errors_say_what_and_point_to_help(args, says, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    (tmp_path / "y").mkdir()
+    np.save(tmp_path / "y" / "x.npy", np.ones(4, np.float32))
+    np.ones(4, np.float32).tofile(tmp_path / "r.bin")
+    r = gcz("eval", *args, cwd=tmp_path)
+    assert r.returncode == EXIT_USAGE, r
+    line = error_line(r)
+    assert says in line and line.endswith(" (see 'gcz eval --help')"), line
+    if "appears in both" in says:
+        assert "gcz eval --steps" in line, line
+
+
+def test_a_metadata_key_given_twice_is_refused(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    r = gcz("encode", "x.npy", "-o", "x.gcz", "--meta", "step=1", "--meta", "step=2", cwd=tmp_path)
+    assert r.returncode == EXIT_USAGE and not (tmp_path / "x.gcz").exists(), r
+    assert error_line(r) == "gcz: error: --meta 'step=2': the key 'step' is given twice (see 'gcz encode --help')"
+
+
+def test_an_output_of_no_known_extension_is_told_of_directories(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    gcz("encode", tmp_path / "x.npy", "-o", tmp_path / "x.gcz", "-q", check=True)
+    r = gcz("decode", tmp_path / "x.gcz", "-o", tmp_path / "out")
+    assert r.returncode == EXIT_UNSUPPORTED and "or a directory (a path ending in '/')" in error_line(r), r
+    r = gcz("eval", tmp_path / "x.gcz")  # an input: raw bytes are an option
+    assert r.returncode == EXIT_UNSUPPORTED and "any file as raw bytes given --dtype and --shape" in error_line(r), r
+
+
 def test_names_that_are_not_utf8_are_refused(tmp_path):
     # An index is UTF-8 JSON: two such names would both have become 'bad\ufffd', a file gcz refuses.
     (tmp_path / "d").mkdir()
