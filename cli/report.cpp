@@ -198,6 +198,10 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
 
 void print_warnings(const EncodeReport& report, bool rules, const std::string& step) {
   const std::string at = step.empty() ? std::string() : printable(step) + ": ";
+  // A codec that shrinks every tensor (Top-K at 1%) would name them all: the first few are named,
+  // the rest counted.
+  constexpr std::size_t kMostNormRatioWarnings = 5;
+  std::size_t low_norm = 0;
   for (const TensorReport& t : report.tensors) {
     const Metrics& m = t.metrics;
     const std::string name = printable(t.name);
@@ -215,12 +219,18 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
                    at.c_str(), name.c_str(), static_cast<unsigned long long>(m.decoded_nonfinite),
                    printable(t.codec).c_str());
     }
-    if (m.norm_ratio < kNormRatioWarning) {
+    if (m.norm_ratio < kNormRatioWarning && ++low_norm <= kMostNormRatioWarnings) {
       std::fprintf(stderr,
                    "gcz: warning: %stensor '%s': norm ratio %.3f is below %.1f: the codec shrinks this "
                    "gradient (over-compression?)\n",
                    at.c_str(), name.c_str(), m.norm_ratio, kNormRatioWarning);
     }
+  }
+  if (low_norm > kMostNormRatioWarnings) {
+    std::fprintf(stderr,
+                 "gcz: warning: %s%zu more tensors have a norm ratio below %.1f (the report's norm_ratio column "
+                 "has every tensor's)\n",
+                 at.c_str(), low_norm - kMostNormRatioWarnings, kNormRatioWarning);
   }
   for (const SkippedTensor& s : report.skipped) {
     std::fprintf(stderr, "gcz: note: skipped %s: %s\n", printable(s.name).c_str(), printable(s.reason).c_str());

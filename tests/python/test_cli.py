@@ -1015,6 +1015,17 @@ def test_eval_steps_warnings_name_their_step():
     assert any(str(SAMPLE_BF16) in line for line in warnings), r.stderr
 
 
+def test_norm_ratio_warnings_name_five_tensors_and_count_the_rest(tmp_path):
+    rng = np.random.default_rng(3)
+    write_safetensors(tmp_path / "g.safetensors", {f"t{i}": rng.normal(size=1000).astype(np.float32) for i in range(8)})
+    r = gcz("eval", tmp_path / "g.safetensors", "-c", "topk:ratio=0.01", "-q", check=True)
+    lines = r.stderr.splitlines()
+    assert [ln.split("'")[1] for ln in lines[:5]] == ["t0", "t1", "t2", "t3", "t4"], r.stderr
+    assert all("norm ratio" in ln and "is below 0.9" in ln for ln in lines[:5]), r.stderr
+    assert lines[5:] == ["gcz: warning: 3 more tensors have a norm ratio below 0.9 (the report's norm_ratio column "
+                         "has every tensor's)"], r.stderr
+
+
 def test_an_interrupted_decode_to_a_directory_leaves_nothing(tmp_path):
     import signal
     import time
