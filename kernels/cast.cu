@@ -34,20 +34,10 @@ __device__ __forceinline__ float to_f32(Bits<From> x) {
   if constexpr (From == DType::kFloat64) return detail::f64_to_f32(bit_cast<double>(x));
 }
 
-// float -> double as the host's static_cast does it (x86 cvtss2sd, Arm fcvt): exact, and a NaN keeps its
-// sign and payload with the quiet bit set. Done on the bits: the device instruction's NaN handling is not
-// what the CPU backend's is promised to match.
-__device__ __forceinline__ uint64_t f32_to_f64_bits(float f) {
-  const uint32_t u = bit_cast<uint32_t>(f);
-  uint64_t bits = detail::widen_float_bits<8, 23, 11, 52>(u);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) bits |= uint64_t{1} << 51;
-  return bits;
-}
-
 template <DType From, DType To>
 __device__ __forceinline__ Bits<To> convert_element(Bits<From> x) {
   if constexpr (To == DType::kFloat64) {
-    return f32_to_f64_bits(to_f32<From>(x));
+    return bit_cast<uint64_t>(detail::f32_to_f64(to_f32<From>(x)));
   } else if constexpr (To == DType::kFloat32) {
     return bit_cast<uint32_t>(to_f32<From>(x));
   } else if constexpr (To == DType::kFloat16) {
@@ -76,6 +66,9 @@ Status launch_typed(const void* d_src, void* d_dst, uint64_t n, cudaStream_t str
   } else {
     const uint64_t blocks_needed = (n + kBlockThreads - 1) / kBlockThreads;
     const unsigned blocks = static_cast<unsigned>(blocks_needed < kMaxBlocks ? blocks_needed : kMaxBlocks);
+    // cudaGetLastError reports the last error of any runtime call on this thread: clear one left by an
+    // earlier call (a failed free, say) so that it is not taken for this launch's.
+    (void)cudaGetLastError();
     convert_kernel<From, To><<<blocks, kBlockThreads, 0, stream>>>(static_cast<const Bits<From>*>(d_src),
                                                                   static_cast<Bits<To>*>(d_dst), n);
     return check(cudaGetLastError(), "convert kernel launch");

@@ -36,12 +36,13 @@ class CudaCastCodec final : public detail::CastCodec {
 
   Status convert_slices(DType from, const std::byte* src, DType to, std::byte* dst, uint64_t n);
 
-  // Declared first so that it is destroyed last: its destructor waits for queued copies into the buffers.
-  Stream stream_;
   Buffer h_src_{Buffer::Kind::kPinnedHost};
   Buffer h_dst_{Buffer::Kind::kPinnedHost};
   Buffer d_src_{Buffer::Kind::kDevice};
   Buffer d_dst_{Buffer::Kind::kDevice};
+  // Declared last so that it is destroyed first: its destructor waits for work queued on the buffers
+  // before they are freed.
+  Stream stream_;
 };
 
 Status CudaCastCodec::convert(DType from, const void* src, DType to, void* dst, uint64_t n) {
@@ -59,7 +60,14 @@ Status CudaCastCodec::convert(DType from, const void* src, DType to, void* dst, 
 }
 
 Status CudaCastCodec::convert_slices(DType from, const std::byte* src, DType to, std::byte* dst, uint64_t n) {
+  // The stream's device is made current for the calls below, and the caller's put back after them.
+  int caller_device = 0;
+  GCZ_RETURN_IF_ERROR(check(cudaGetDevice(&caller_device), "cudaGetDevice"));
   GCZ_RETURN_IF_ERROR(check(cudaSetDevice(stream_.device()), "cudaSetDevice"));
+  struct RestoreDevice {
+    int device;
+    ~RestoreDevice() { (void)cudaSetDevice(device); }
+  } restore{caller_device};
   const std::size_t in_size = dtype_size(from);
   const std::size_t out_size = dtype_size(to);
   const uint64_t slice = std::min(n, kMaxSliceElements);

@@ -22,7 +22,22 @@ std::string error_text(cudaError_t err) {
 Status probe_device() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) return device_error("no CUDA device found (cudaGetDeviceCount: " + error_text(err) + ")");
+  if (err != cudaSuccess) {
+    // An old driver looks like no device to cudaGetDeviceCount: say which it is.
+    int driver = 0, runtime = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaGetLastError();
+    auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    std::string what = "no CUDA device found";
+    if (driver == 0) {
+      what = "no NVIDIA driver is loaded";
+    } else if (driver < runtime) {
+      what = "the NVIDIA driver supports CUDA up to " + version(driver) + ", and gcz was built with CUDA " +
+             version(runtime) + ", which needs a newer driver";
+    }
+    return device_error(what + " (cudaGetDeviceCount: " + error_text(err) + ")");
+  }
   if (count <= 0) return device_error("no CUDA device found (cudaGetDeviceCount returned 0)");
 
   int device = 0;

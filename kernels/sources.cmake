@@ -16,7 +16,9 @@ set_target_properties(gcz PROPERTIES
   CUDA_RUNTIME_LIBRARY Static
   CUDA_STANDARD 20
   CUDA_STANDARD_REQUIRED ON)
-target_compile_options(gcz PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+# --fmad=false: no multiply and add fused into one rounding, as -ffp-contract=off does for the host code,
+# so that device arithmetic rounds as the codec specifications (and the CPU code) do.
+target_compile_options(gcz PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --fmad=false>)
 
 # Named in device_status()'s message when the device cannot load the kernels.
 string(REPLACE ";" "," GCZ_CUDA_ARCH_LIST "${CMAKE_CUDA_ARCHITECTURES}")

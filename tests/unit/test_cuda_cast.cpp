@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -23,8 +24,11 @@
 namespace gcz {
 namespace {
 
-constexpr uint64_t kSizes[] = {0, 1, 7, 4099, uint64_t{1} << 20, 7};  // the last 7 reuses grown buffers
-constexpr uint64_t kMaxSize = uint64_t{1} << 20;
+// 2^23 + 3 elements take two slices of the CUDA codec's staging buffers (2^23 elements each) and eight
+// turns of its kernel's grid-stride loop (4096 blocks of 256 threads), as every 2^24-element chunk of a
+// real file does. The last 7, of random values only, reuse the grown buffers with bytes they do not hold.
+constexpr uint64_t kSizes[] = {0, 1, 7, 4099, (uint64_t{1} << 23) + 3, 7};
+constexpr uint64_t kMaxSize = (uint64_t{1} << 23) + 3;
 
 struct Format {
   int exp_bits;
@@ -123,16 +127,16 @@ uint64_t random_bits(Format f, std::mt19937_64& rng) {
   }
 }
 
-// n elements of dtype d: the special values first, then seeded random ones.
-ByteBuffer make_data(DType d, uint64_t n, uint64_t seed) {
+// n elements of dtype d: the special values first (unless told not to), then seeded random ones.
+ByteBuffer make_data(DType d, uint64_t n, uint64_t seed, bool specials_first = true) {
   ByteBuffer buf(n * dtype_size(d));
   const Format f = format_of(d);
   std::size_t i = 0;
   for (uint64_t bits : special_bits(f)) {
-    if (i < n) put_bits(d, buf, i++, bits);
+    if (specials_first && i < n) put_bits(d, buf, i++, bits);
   }
   for (double v : special_values()) {
-    if (i < n) put_double(d, buf, i++, v);
+    if (specials_first && i < n) put_double(d, buf, i++, v);
   }
   std::mt19937_64 rng(seed);
   for (; i < n; ++i) put_bits(d, buf, i, random_bits(f, rng));
@@ -191,9 +195,10 @@ class CudaCast : public ::testing::TestWithParam<CastCase> {
 
 TEST_P(CudaCast, EncodeMatchesCpu) {
   const ByteBuffer prefix = {std::byte{0xA5}, std::byte{0x5A}, std::byte{0x01}};
-  for (uint64_t n : kSizes) {
+  for (std::size_t k = 0; k < std::size(kSizes); ++k) {
+    const uint64_t n = kSizes[k];
     SCOPED_TRACE("n = " + std::to_string(n));
-    const ByteBuffer src = make_data(info_.dtype, n, 1234 + n);
+    const ByteBuffer src = make_data(info_.dtype, n, 1234 + k, k + 1 < std::size(kSizes));
     std::vector<ByteBuffer> cpu_out(1, prefix), gpu_out(1, prefix);  // encode appends
     const Status cs = cpu_->encode(info_, src.data(), 0, n, cpu_out);
     ASSERT_TRUE(cs) << cs.message();
@@ -205,10 +210,11 @@ TEST_P(CudaCast, EncodeMatchesCpu) {
 }
 
 TEST_P(CudaCast, DecodeMatchesCpu) {
-  for (uint64_t n : kSizes) {
+  for (std::size_t k = 0; k < std::size(kSizes); ++k) {
+    const uint64_t n = kSizes[k];
     SCOPED_TRACE("n = " + std::to_string(n));
     // Any stored bit pattern, signalling NaNs included, not only what an encoder writes.
-    const ByteBuffer stream = make_data(stored_dtype(), n, 5678 + n);
+    const ByteBuffer stream = make_data(stored_dtype(), n, 5678 + k, k + 1 < std::size(kSizes));
     const std::vector<ByteSpan> in = {ByteSpan(stream)};
     ByteBuffer cpu_dst(n * dtype_size(info_.dtype), std::byte{0xEE});
     ByteBuffer gpu_dst(cpu_dst.size(), std::byte{0x11});
@@ -232,6 +238,36 @@ TEST_P(CudaCast, ChunkedEncodeMatchesWholeEncode) {
     ASSERT_TRUE(s) << s.message();
   }
   ASSERT_EQ(first_difference(whole[0], chunked[0], dtype_size(stored_dtype())), "");
+}
+
+// gcz encodes with one codec per thread: codecs on several threads at once, each on its own stream.
+TEST_P(CudaCast, CodecsOnSeveralThreadsMatchCpu) {
+  const auto& [dtype, name] = GetParam();
+  constexpr int kThreads = 4;
+  const uint64_t n = 300007;
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto cpu = make_codec(name, {}, Backend::kCpu);
+      auto gpu = make_codec(name, {}, Backend::kCuda);
+      if (!cpu || !gpu) {
+        errors[t] = !cpu ? cpu.status().message() : gpu.status().message();
+        return;
+      }
+      for (int round = 0; round < 3 && errors[t].empty(); ++round) {
+        const ByteBuffer src = make_data(dtype, n, 1000 * t + round, round == 0);
+        std::vector<ByteBuffer> cpu_out(1), gpu_out(1);
+        const Status cs = (*cpu)->encode(info_, src.data(), 0, n, cpu_out);
+        const Status gs = (*gpu)->encode(info_, src.data(), 0, n, gpu_out);
+        errors[t] = !cs   ? cs.message()
+                    : !gs ? gs.message()
+                          : first_difference(cpu_out[0], gpu_out[0], dtype_size(stored_dtype()));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
 }
 
 std::string case_name(const ::testing::TestParamInfo<CastCase>& info) {

@@ -9,6 +9,10 @@
 #include "cpu_features.h"
 #include "gcz/convert.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace gcz::detail {
 namespace {
 
@@ -99,6 +103,59 @@ TEST(FloatBits, FastPathsMatchGenericRounding) {
               static_cast<uint32_t>(widen_float_bits<5, 10, 8, 23>(h)))
         << "f16 bits " << h;
   }
+}
+
+// The float32 patterns f32_to_f64 is checked on: every subnormal and zero of both signs, and for every
+// other exponent (Inf and NaN included) a set of mantissas.
+std::vector<float> f32_patterns() {
+  std::vector<float> out;
+  for (uint32_t sign : {0u, 0x80000000u}) {
+    for (uint32_t m = 0; m < (1u << 23); ++m) out.push_back(bit_cast<float>(sign | m));
+    for (uint32_t e = 1; e <= 255; ++e) {
+      for (uint32_t m : {0u, 1u, 2u, 0x2AAAAAu, 0x3FFFFFu, 0x400000u, 0x400001u, 0x7FFFFFu}) {
+        out.push_back(bit_cast<float>(sign | (e << 23) | m));
+      }
+    }
+  }
+  return out;
+}
+
+// The exact widening: widen_float_bits, with a NaN made quiet.
+uint64_t widened(float f) {
+  const uint32_t u = bit_cast<uint32_t>(f);
+  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  return widen_float_bits<8, 23, 11, 52>(u) | (nan ? uint64_t{1} << 51 : 0);
+}
+
+TEST(FloatBits, F32ToF64IsExactAndMatchesTheCompilersConversion) {
+  for (float f : f32_patterns()) {
+    const uint64_t got = bit_cast<uint64_t>(f32_to_f64(f));
+    ASSERT_EQ(got, widened(f)) << "float bits " << std::hex << bit_cast<uint32_t>(f);
+    ASSERT_EQ(got, bit_cast<uint64_t>(static_cast<double>(f))) << "float bits " << std::hex << bit_cast<uint32_t>(f);
+  }
+}
+
+// A process may have set flush-to-zero and denormals-are-zero (a library built with -ffast-math does
+// so at load): float32 -> float64 still keeps every subnormal, as the CUDA backend does.
+TEST(FloatBits, F32ToF64KeepsSubnormalsWhereDenormalsAreZero) {
+#if defined(__x86_64__)
+  const std::vector<float> in = f32_patterns();
+  std::vector<double> out(in.size());
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
+  convert_elements(DType::kFloat32, in.data(), DType::kFloat64, out.data(), in.size());
+  // The compiler's own conversion under the flags, pinned between them by volatile accesses.
+  volatile float tiny = bit_cast<float>(1u);
+  volatile double probe = static_cast<double>(tiny);
+  _mm_setcsr(saved);
+  ASSERT_EQ(bit_cast<uint64_t>(static_cast<double>(probe)), 0u)
+      << "DAZ did not take effect: the test would prove nothing";
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    ASSERT_EQ(bit_cast<uint64_t>(out[k]), widened(in[k])) << "float bits " << std::hex << bit_cast<uint32_t>(in[k]);
+  }
+#else
+  GTEST_SKIP() << "denormals-are-zero is set through x86's MXCSR; this CPU has none";
+#endif
 }
 
 // convert_elements between float32 and float16 (the x86 F16C instructions) and bfloat16 (AVX2

@@ -65,9 +65,8 @@ template <class T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
-    if (status_.is_ok()) status_ = Status(StatusCode::kInternal, "Result made from an ok Status");
-  }
+  Result(Status status)                          // NOLINT: implicit by design
+      : status_(status.is_ok() ? Status(StatusCode::kInternal, "Result made from an ok Status") : std::move(status)) {}
 
   bool has_value() const { return value_.has_value(); }
   explicit operator bool() const { return has_value(); }

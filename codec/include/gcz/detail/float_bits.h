@@ -72,7 +72,8 @@ GCZ_HD uint32_t narrow_float_bits(uint64_t src) {
   return sign | static_cast<uint32_t>(bits);
 }
 
-// Widens a value of a format with SE/SM bits to one with DE/DM bits (DE >= SE, DM > SM), exactly.
+// Widens a value of a format with SE/SM bits to one with DE/DM bits (DE > SE, DM > SM), exactly. (With
+// DE == SE a subnormal source would need a subnormal result, which this does not make.)
 template <int SE, int SM, int DE, int DM>
 GCZ_HD uint64_t widen_float_bits(uint32_t src) {
   constexpr uint32_t kSrcMaxExp = (uint32_t{1} << SE) - 1;
@@ -146,6 +147,21 @@ GCZ_HD uint16_t f64_to_bf16(double d) {
 GCZ_HD float bf16_to_f32(uint16_t b) {
   const uint32_t quiet = (b & 0x7FFFu) > 0x7F80u ? 0x00400000u : 0u;  // NaN made quiet
   return bit_cast<float>((static_cast<uint32_t>(b) << 16) | quiet);
+}
+
+// float32 -> float64, exactly, as x86's cvtss2sd does it with the default MXCSR (a NaN keeps its sign
+// and payload, made quiet), but on the bits and without branches: the instruction reads a subnormal
+// as zero where the process has set denormals-are-zero, and the device's NaN handling is not promised.
+// A subnormal m·2^-149 is the integer m, converted exactly, times 2^-149: a normal float64.
+GCZ_HD double f32_to_f64(float f) {
+  const uint32_t u = bit_cast<uint32_t>(f);
+  const uint64_t sign = static_cast<uint64_t>(u >> 31) << 63;
+  const uint32_t x = u & 0x7FFFFFFFu;
+  const uint64_t normal = (static_cast<uint64_t>(x) << 29) + (uint64_t{1023 - 127} << 52);
+  const uint64_t special =
+      (static_cast<uint64_t>(x) << 29) | 0x7FF0000000000000u | (x > 0x7F800000u ? uint64_t{1} << 51 : 0);
+  const uint64_t small = bit_cast<uint64_t>(static_cast<double>(static_cast<int32_t>(x)) * 0x1p-149);
+  return bit_cast<double>(sign | (x >= 0x7F800000u ? special : x < 0x00800000u ? small : normal));
 }
 
 // float64 -> float32 keeps NaN payloads the same way as the narrower conversions.
