@@ -102,6 +102,7 @@ HEADER_SIZE = 64
 TRAILER_SIZE = 32
 ALIGN = 64
 MAX_INDEX = 64 * 1024 * 1024
+MAX_DEPTH = 512  # arrays and objects nested in the index, at most (FORMAT.md §5)
 MAX_NAME = 4096
 MAX_DIMS = 32
 MAX_NUMEL = 1 << 48
@@ -1189,39 +1190,64 @@ def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
 
 
 def _check_values(obj: Any) -> None:
-    """Reject strings that cannot be UTF-8 (lone surrogates written as \\uD800 escapes), and
-    numbers beyond float64 (gcz reads a JSON number as a float64 or a 64-bit integer)."""
-    stack = [obj]
-    while stack:
-        o = stack.pop()
-        if isinstance(o, str):
-            o.encode("utf-8")
-        elif type(o) is float:
-            if math.isinf(o):  # json reads a number beyond float64, such as 1e400, as +-inf
-                raise ValueError("a number is beyond float64")
-        elif type(o) is int:
-            if not -(1 << 63) <= o <= U64_MAX:
-                try:
-                    float(o)  # read as a float64 (rounded), if it is one
-                except OverflowError:
-                    raise ValueError(f"the integer {str(o)[:20]}... is beyond float64") from None
-        elif isinstance(o, dict):
-            for k, v in o.items():
+    """Reject strings that cannot be UTF-8 (lone surrogates written as \\uD800 escapes), numbers
+    beyond float64 (gcz reads a JSON number as a float64 or a 64-bit integer), and arrays and objects
+    nested more than MAX_DEPTH deep. Depth first, holding one iterator per level."""
+    def members(o: Any):
+        if isinstance(o, dict):
+            for k in o:
                 k.encode("utf-8")
-                stack.append(v)
-        elif isinstance(o, list):
-            stack.extend(o)
+            return iter(o.values())
+        return iter(o)
+
+    if not isinstance(obj, (dict, list)):
+        return  # refused later: the index is no object
+    stack = [members(obj)]
+    while stack:
+        for v in stack[-1]:
+            if isinstance(v, (dict, list)):
+                if len(stack) + 1 > MAX_DEPTH:
+                    raise _TooDeep()
+                stack.append(members(v))
+                break
+            if isinstance(v, str):
+                v.encode("utf-8")
+            elif type(v) is float:
+                if math.isinf(v):  # json reads a number beyond float64, such as 1e400, as +-inf
+                    raise ValueError("a number is beyond float64")
+            elif type(v) is int and not -(1 << 63) <= v <= U64_MAX:
+                try:
+                    float(v)  # read as a float64 (rounded), if it is one
+                except OverflowError:
+                    raise ValueError(f"the integer {str(v)[:20]}... is beyond float64") from None
+        else:
+            stack.pop()
+
+
+class _TooDeep(ValueError):
+    pass
 
 
 def _parse_index(raw: bytes) -> Dict[str, Any]:
+    # json's parser recurses once per level of nesting, counted against Python's recursion limit (to
+    # 3.11) together with the caller's frames: the limit is raised so that MAX_DEPTH levels always fit.
+    frames, f = 0, sys._getframe()
+    while f is not None:
+        frames, f = frames + 1, f.f_back
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, frames + MAX_DEPTH + 100))
     try:
         if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM is tolerated (as gcz does)
             raw = raw[3:]
         text = raw.decode("utf-8")  # strict: invalid UTF-8 is rejected
         obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
         _check_values(obj)
-    except (ValueError, RecursionError, UnicodeError) as e:
+    except (_TooDeep, RecursionError):
+        raise GczFormatError("index-json", f"arrays and objects in the index nest more than {MAX_DEPTH} deep") from None
+    except (ValueError, UnicodeError) as e:
         raise GczFormatError("index-json", f"the index is not valid UTF-8 JSON ({e})") from None
+    finally:
+        sys.setrecursionlimit(limit)
     if not isinstance(obj, dict):
         raise GczFormatError("index-json", "the index is not a JSON object")
     return obj

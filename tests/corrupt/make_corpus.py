@@ -281,6 +281,8 @@ def make_gcz_corpus() -> None:
         "correct: a 4096-byte tensor name (the longest allowed)", "ok")
     add("valid-empty-tensor", base(c=tensor("empty", "float32", [0, 5], fp16(3), [stream(b"")])),
         "correct: a tensor with no elements, its empty raw stream at an aligned offset", "ok")
+    add("valid-deep", base(raw_index=lambda b: b.replace(b'"producer":', b'"x":' + b"[" * 511 + b"]" * 511 + b',"producer":', 1)),
+        "correct: an unknown key holding arrays 511 deep, so the index nests 512 deep (the most allowed)", "ok")
 
     # -- header and trailer ----------------------------------------------------------------------
     add("too-small", valid[:HEADER] + bytes(TRAILER - 9) + END_MAGIC,
@@ -314,6 +316,8 @@ def make_gcz_corpus() -> None:
         "NaN (not JSON) as a seed")
     add("index-json-duplicate-key", base(raw_index=lambda b: b.replace(b'"seed":0', b'"seed":0,"seed":0', 1)),
         "a tensor object has the key 'seed' twice (RFC 8259 leaves which one counts to the parser)")
+    add("index-json-deep", base(raw_index=lambda b: b.replace(b'"producer":', b'"x":' + b"[" * 512 + b"]" * 512 + b',"producer":', 1)),
+        "an unknown key holding arrays 512 deep: the index nests 513 deep, one more than allowed")
     add("index-schema", base(edit=lambda o: pop_key(o, "producer")), "the required key 'producer' is missing")
     add("index-schema-missing-seed", base(edit=edit_tensor(0, lambda t: pop_key(t, "seed"))),
         "a tensor lacks 'seed'")

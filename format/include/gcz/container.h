@@ -34,6 +34,7 @@ inline constexpr uint16_t kFormatVersionMajor = 1;
 inline constexpr uint16_t kFormatVersionMinor = 2;
 inline constexpr uint64_t kStreamAlignment = 64;
 inline constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 20;
+inline constexpr std::size_t kMaxIndexDepth = 512;  // arrays and objects nested in the index, at most
 inline constexpr std::size_t kMaxNameBytes = 4096;
 inline constexpr const char* kRngName = "philox4x32-10";
 
