@@ -259,6 +259,10 @@ Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, c
         stage.name = field(st, "name", json::value_t::string, current).get<std::string>();
         GCZ_ASSIGN_OR_RETURN(stage.params,
                              params_from_json(field(st, "params", json::value_t::object, current), current));
+        if (st.size() != 2) {  // a key beside name and params could change what the bytes mean
+          return rule_error(StatusCode::kUnsupported, path, current, "unknown-codec",
+                            "codec stage '" + stage.name + "' has a key other than 'name' and 'params'");
+        }
         rec.chain.push_back(std::move(stage));
       }
       rec.seed = u64_field(t, "seed", current);

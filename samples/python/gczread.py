@@ -1272,6 +1272,9 @@ def _validate_chain(chain: List[Any], tname: str) -> Tuple[Tuple[Dict[str, Any],
             raise GczFormatError("index-schema", f"codec stage {i} is not an object", tname)
         sname = _req(st, "name", str, f"codec stage {i}", tname)
         params = _req(st, "params", dict, f"codec stage {i}", tname)
+        if len(st) != 2:  # FORMAT.md §5.3: a key beside these could change what the bytes mean
+            raise GczFormatError("unknown-codec", f"codec stage {sname!r} has a key other than 'name' and "
+                                 "'params'", tname)
         for k, v in params.items():  # FORMAT.md §5.3: integers, numbers or strings
             if type(v) not in (int, float, str):
                 raise GczFormatError("index-schema", f"codec parameter {k!r} has an unsupported "

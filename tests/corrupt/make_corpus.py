@@ -316,6 +316,8 @@ def make_gcz_corpus() -> None:
         "NaN (not JSON) as a seed")
     add("index-json-duplicate-key", base(raw_index=lambda b: b.replace(b'"seed":0', b'"seed":0,"seed":0', 1)),
         "a tensor object has the key 'seed' twice (RFC 8259 leaves which one counts to the parser)")
+    add("unknown-codec-stage-key", base(edit=edit_tensor(0, lambda t: t["codec"][0].update(scale=2))),
+        "the element codec's stage has a key 'scale' beside 'name' and 'params'")
     add("index-json-deep", base(raw_index=lambda b: b.replace(b'"producer":', b'"x":' + b"[" * 512 + b"]" * 512 + b',"producer":', 1)),
         "an unknown key holding arrays 512 deep: the index nests 513 deep, one more than allowed")
     add("index-schema", base(edit=lambda o: pop_key(o, "producer")), "the required key 'producer' is missing")
