@@ -21,6 +21,8 @@ struct F16 { uint16_t bits; };
 struct BF16 { uint16_t bits; };
 struct ExactF64 { double value; };
 static_assert(sizeof(ExactF64) == sizeof(double));
+// FpuF32 is a float32 narrowed from float64 by the FPU, where it rounds as f64_to_f32 does.
+struct FpuF32 { float value; };
 
 // Loads widen exactly; float64 goes straight to the narrow formats (one rounding, CODECS.md).
 inline float load_f32(F16 v) { return detail::f16_to_f32(v.bits); }
@@ -50,6 +52,17 @@ bool denormals_are_zero() {
 #endif
 }
 
+// Whether the FPU narrows float64 to float32 as f64_to_f32 does: x86 with MXCSR's defaults for
+// rounding (to nearest even) and results (no flush to zero). Its NaN is f64_to_f32's too: quiet, with
+// the payload's top bits (tests compare them).
+bool fpu_narrows_as_specified() {
+#if defined(__x86_64__)
+  return (_mm_getcsr() & 0xE000u) == 0;  // rounding control (bits 13-14) and flush to zero (bit 15)
+#else
+  return false;
+#endif
+}
+
 template <class To>
 inline To store_from_f64(double v);
 template <>
@@ -58,6 +71,8 @@ template <>
 inline BF16 store_from_f64<BF16>(double v) { return {detail::f64_to_bf16(v)}; }
 template <>
 inline float store_from_f64<float>(double v) { return detail::f64_to_f32(v); }
+template <>
+inline FpuF32 store_from_f64<FpuF32>(double v) { return {static_cast<float>(v)}; }
 
 // One tight loop per (from, to) pair, so the compiler can vectorize the branch-free conversions.
 template <class From, class To>
@@ -76,7 +91,14 @@ void convert_from(const void* src, DType to, void* dst, std::size_t n) {
   switch (to) {
     case DType::kFloat16: convert_loop<From, F16>(src, dst, n); return;
     case DType::kBFloat16: convert_loop<From, BF16>(src, dst, n); return;
-    case DType::kFloat32: convert_loop<From, float>(src, dst, n); return;
+    case DType::kFloat32:
+      // float64 on the bits runs at about 1.3 GB/s; the FPU's vectorized narrowing, where it rounds
+      // as specified, several times faster.
+      if constexpr (std::is_same_v<From, double>) {
+        if (fpu_narrows_as_specified()) return convert_loop<From, FpuF32>(src, dst, n);
+      }
+      convert_loop<From, float>(src, dst, n);
+      return;
     case DType::kFloat64:
       if constexpr (!std::is_same_v<From, double>) {
         // The FPU's widening is exact and vectorizes; on the bits it takes about twice as long.

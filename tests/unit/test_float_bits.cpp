@@ -158,6 +158,56 @@ TEST(FloatBits, F32ToF64KeepsSubnormalsWhereDenormalsAreZero) {
 #endif
 }
 
+// float64 patterns around everything float32 rounds at: for each exponent from below float32's
+// subnormals to above its overflow (and Inf/NaN), fractions exact, just below, at and above a float32
+// tie (odd and even), and NaN payloads of every reach.
+std::vector<double> f64_patterns() {
+  std::vector<double> out;
+  const uint64_t fractions[] = {0,
+                                1,
+                                (uint64_t{1} << 28) - 1,
+                                uint64_t{1} << 28,
+                                (uint64_t{1} << 28) + 1,
+                                (uint64_t{3} << 28),
+                                (uint64_t{1} << 29) | 1,
+                                (uint64_t{1} << 51),
+                                (uint64_t{1} << 51) | 1,
+                                (uint64_t{1} << 52) - 1,
+                                0x5555555555555ull,
+                                0xAAAAAAAAAAAAAull};
+  for (uint64_t sign : {uint64_t{0}, uint64_t{1} << 63}) {
+    for (uint64_t e = 0; e < 2048; ++e) {
+      if (e != 0 && e != 2047 && (e < 1023 - 160 || e > 1023 + 130)) continue;  // far out: 0 or Inf alike
+      for (uint64_t f : fractions) out.push_back(bit_cast<double>(sign | (e << 52) | f));
+    }
+  }
+  return out;
+}
+
+// convert_elements narrows float64 to float32 with the FPU where MXCSR has its defaults, and on the
+// bits (f64_to_f32) where it flushes to zero or rounds otherwise: the same results either way.
+TEST(FloatBits, F64ToF32ByTheFpuMatchesTheBits) {
+  const std::vector<double> in = f64_patterns();
+  std::vector<float> out(in.size());
+  convert_elements(DType::kFloat64, in.data(), DType::kFloat32, out.data(), in.size());
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    ASSERT_EQ(bit_cast<uint32_t>(out[k]), bit_cast<uint32_t>(f64_to_f32(in[k])))
+        << "double bits " << std::hex << bit_cast<uint64_t>(in[k]);
+  }
+#if defined(__x86_64__)
+  const unsigned saved = _mm_getcsr();
+  for (unsigned flags : {0x8000u, 0x6000u}) {  // flush to zero; rounding toward zero
+    _mm_setcsr(saved | flags);
+    convert_elements(DType::kFloat64, in.data(), DType::kFloat32, out.data(), in.size());
+    _mm_setcsr(saved);
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      ASSERT_EQ(bit_cast<uint32_t>(out[k]), bit_cast<uint32_t>(f64_to_f32(in[k])))
+          << "MXCSR flags " << std::hex << flags << ", double bits " << bit_cast<uint64_t>(in[k]);
+    }
+  }
+#endif
+}
+
 // convert_elements between float32 and float16 (the x86 F16C instructions) and bfloat16 (AVX2
 // integer code) against the portable branch-free code: every 16-bit pattern widened, and narrowed
 // every float32 pattern whose low 16 bits are one of a set that holds each rounding case (exact,
