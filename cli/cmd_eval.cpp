@@ -22,8 +22,8 @@ RunFn add_eval_command(CLI::App& app) {
       "eval", "Encode and decode in memory and report ratio and error; nothing is written");
   add_encode_options(*cmd, a->encode);
   cmd->get_option("--seed")->description(
-      "Seed for codecs that draw random numbers; with --steps, step s uses SEED + s (so it equals a chain of "
-      "gcz encode --ef-state runs)");
+      "Seed for codecs that draw random numbers; with --steps, step s (from 0) uses SEED + s, plus the steps "
+      "that an --ef-state has seen, as a chain of gcz encode --ef-state runs does");
   cmd->add_flag("--steps", a->steps,
                 "The inputs are consecutive training steps (same tensor names): report each step, and how far "
                 "the sum of decoded steps drifts from the sum of true gradients (sum_rel_l2)");
@@ -35,9 +35,7 @@ RunFn add_eval_command(CLI::App& app) {
       "Examples:\n"
       "  gcz eval grads.safetensors -c fp16\n"
       "  gcz eval grads.safetensors -c bf16 --rule 'embed.*=fp16' --csv > bf16.csv\n"
-      "  gcz eval --steps step_000?.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close\n"
-      "With --steps, step s (from 0) draws its random numbers with --seed plus s (plus the steps that an\n"
-      "--ef-state has seen), as a chain of gcz encode --ef-state runs does.");
+      "  gcz eval --steps step_000?.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close");
   return [a]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "gcz/codec.h"
 #include "gcz/detail/utf8.h"
@@ -41,12 +42,20 @@ locale_t utf8_locale() {
   return loc;
 }
 
+// Unicode's format characters (category Cf), which the C library calls printable: they show nothing,
+// or reorder the text around them (the bidirectional controls), so that two names could look alike.
+constexpr std::pair<char32_t, char32_t> kFormatCharacters[] = {
+    {0x00AD, 0x00AD},   {0x0600, 0x0605},   {0x061C, 0x061C},   {0x06DD, 0x06DD},   {0x070F, 0x070F},
+    {0x0890, 0x0891},   {0x08E2, 0x08E2},   {0x180E, 0x180E},   {0x200B, 0x200F},   {0x202A, 0x202E},
+    {0x2060, 0x2064},   {0x2066, 0x206F},   {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD},
+    {0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
+    {0xE0020, 0xE007F}};
+
 bool prints_as_itself(char32_t c) {
   if (c < 0x20 || (c >= 0x7f && c < 0xa0)) return false;  // C0 and C1 controls, DEL
-  if (c >= 0xDC80 && c <= 0xDCFF) return false;           // a byte that is not UTF-8 (utf8_char)
-  // Bidirectional controls print nothing but reorder the text around them.
-  if (c == 0x061c || c == 0x200e || c == 0x200f || (c >= 0x202a && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069)) {
-    return false;
+  if (detail::is_stray_byte(c)) return false;             // a byte that is not UTF-8
+  for (const auto& [first, last] : kFormatCharacters) {
+    if (c >= first && c <= last) return false;
   }
   const locale_t loc = utf8_locale();
   return loc == locale_t{} || iswprint_l(static_cast<wint_t>(c), loc) != 0;
@@ -95,9 +104,10 @@ std::string g_command = "gcz";  // the command running, for the --help that a us
 
 void set_command_for_usage_errors(const std::string& command) { g_command = command; }
 
+std::string see_help(const std::string& command) { return " (see '" + command + " --help')"; }
+
 int report_error(const Status& status) {
-  const std::string help =
-      status.code() == StatusCode::kInvalidArgument ? " (see '" + g_command + " --help')" : std::string();
+  const std::string help = status.code() == StatusCode::kInvalidArgument ? see_help(g_command) : std::string();
   std::fprintf(stderr, "gcz: error: %s%s\n", printable(status.message()).c_str(), help.c_str());
   return exit_code_for(status.code());
 }

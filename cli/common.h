@@ -27,15 +27,17 @@ enum ExitCode : int {
 
 int exit_code_for(StatusCode code);
 // `text` with each byte of what would not print as itself written as \xNN: control characters
-// (C0, DEL, C1), bidirectional controls, bytes that are not UTF-8, and characters the C library
-// does not call printable. Names from a file cannot break a line of output, drive the terminal or
-// reorder what it shows.
+// (C0, DEL, C1), format characters (zero-width ones, bidirectional controls), bytes that are not
+// UTF-8, and characters the C library does not call printable. Names from a file cannot break a
+// line of output, drive the terminal or reorder what it shows.
 std::string printable(const std::string& text);
 // Prints "gcz: error: MESSAGE" on stderr and returns the exit code for the status. A usage error
 // (kInvalidArgument, exit 2) ends with the --help to read: "(see 'gcz encode --help')", naming the
 // command set by set_command_for_usage_errors.
 int report_error(const Status& status);
 void set_command_for_usage_errors(const std::string& command);
+// " (see 'COMMAND --help')", which ends every usage error.
+std::string see_help(const std::string& command);
 
 // Prints `rows` (the first a header) as columns two spaces apart, each as wide as its widest cell in
 // terminal columns (UTF-8: a name such as 'ünï' takes 3, not 5, and '层' 2); the first `left` columns are aligned left,

@@ -65,7 +65,7 @@ int usage_error(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) 
     for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
     what = "unknown command '" + std::string(argv[1]) + "' (commands: " + names + ")";
   }
-  std::fprintf(stderr, "gcz: error: %s (see '%s --help')\n", what.c_str(), command.c_str());
+  std::fprintf(stderr, "gcz: error: %s%s\n", what.c_str(), gcz::cli::see_help(command).c_str());
   return gcz::cli::kExitUsage;
 }
 

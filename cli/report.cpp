@@ -212,12 +212,13 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
                    at.c_str(), name.c_str(), static_cast<unsigned long long>(m.nonfinite));
     }
     if (m.decoded_nonfinite > 0) {
+      // float16, the narrowest type a codec stores or decodes to, is the one that overflows first.
+      const bool half = t.dtype == DType::kFloat16 || t.codec.find("fp16") != std::string::npos;
       std::fprintf(stderr,
                    "gcz: warning: %stensor '%s': %llu decoded values are infinite or NaN where the input is finite: "
-                   "%s overflowed a type it stores or decodes to (float16 ends at 65504); they are in the error "
-                   "metrics\n",
+                   "%s overflowed a type it stores or decodes to%s; they are in the error metrics\n",
                    at.c_str(), name.c_str(), static_cast<unsigned long long>(m.decoded_nonfinite),
-                   printable(t.codec).c_str());
+                   printable(t.codec).c_str(), half ? " (float16 ends at 65504)" : "");
     }
     if (m.norm_ratio < kNormRatioWarning && ++low_norm <= kMostNormRatioWarnings) {
       std::fprintf(stderr,

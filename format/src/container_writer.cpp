@@ -199,7 +199,7 @@ Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& met
   const uint64_t index_offset = w.pos;  // already aligned
   const std::string text = detail::serialize_index(w.index);
   if (text.size() > kMaxIndexBytes) {
-    return invalid_argument(w.path + ": the index would exceed 64 MiB (too many tensors for one file)");
+    return unsupported(w.path + ": the index would exceed 64 MiB (too many tensors for one file)");
   }
   GCZ_RETURN_IF_ERROR(w.write(text.data(), text.size()));
   const auto trailer = detail::encode_trailer(index_offset, text.size(), XXH3_64bits(text.data(), text.size()));

@@ -116,7 +116,8 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       auto [it, fresh] = seen.emplace(t.name, path);
       if (!fresh) {
         return invalid_argument("tensor '" + t.name + "' appears in both " + it->second + " and " + path +
-                                " (steps of one model? gcz eval --steps takes them as steps)");
+                                " (steps of one model? encode each to a file of its own, or measure them with "
+                                "gcz eval --steps)");
       }
       GCZ_ASSIGN_OR_RETURN(uint64_t bytes, t.byte_size());
       bytes_total += bytes;

@@ -133,6 +133,8 @@ uint64_t tensor_entry_bytes(const TensorRecord& record) {
   return tensor_to_json(record, false).dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
 }
 
+constexpr const char* kNotJson = "the index is not a valid JSON object";
+
 // What FORMAT.md §5 asks of the JSON beyond RFC 8259, checked in one pass that builds nothing: no
 // object has a key twice (RFC 8259 leaves that to each parser, and most keep the last: gcz refuses it,
 // so that every reader sees the same index), and arrays and objects nest at most kMaxIndexDepth deep.
@@ -167,7 +169,7 @@ class IndexShape {
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
-    problem_ = "the index is not a valid JSON object";
+    problem_ = kNotJson;
     return false;
   }
 
@@ -189,17 +191,15 @@ class IndexShape {
 Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, const std::string& path) {
   // The parser stops at a NUL byte as at the end of the text; JSON text holds none.
   if (text.find('\0') != std::string::npos) {
-    return rule_error(StatusCode::kFormatError, path, "", "index-json", "the index is not a valid JSON object");
+    return rule_error(StatusCode::kFormatError, path, "", "index-json", kNotJson);
   }
   IndexShape shape;
   if (!json::sax_parse(text, &shape) || !shape.problem().empty()) {
-    const std::string problem = shape.problem().empty() ? "the index is not a valid JSON object" : shape.problem();
-    return rule_error(StatusCode::kFormatError, path, "", "index-json", problem);
+    return rule_error(StatusCode::kFormatError, path, "", "index-json",
+                      shape.problem().empty() ? kNotJson : shape.problem());
   }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return rule_error(StatusCode::kFormatError, path, "", "index-json", "the index is not a valid JSON object");
-  }
+  if (j.is_discarded() || !j.is_object()) return rule_error(StatusCode::kFormatError, path, "", "index-json", kNotJson);
   FileIndex index;
   std::string current;  // tensor being parsed, for messages
   try {

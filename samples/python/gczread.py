@@ -84,6 +84,7 @@ import os
 import re
 import struct
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Dict, List, Optional, Tuple
@@ -1228,14 +1229,25 @@ class _TooDeep(ValueError):
     pass
 
 
+_RECURSION_LIMIT = threading.Lock()  # _parse_index raises the process's recursion limit for a while
+
+
 def _parse_index(raw: bytes) -> Dict[str, Any]:
     # json's parser recurses once per level of nesting, counted against Python's recursion limit (to
     # 3.11) together with the caller's frames: the limit is raised so that MAX_DEPTH levels always fit.
     frames, f = 0, sys._getframe()
     while f is not None:
         frames, f = frames + 1, f.f_back
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, frames + MAX_DEPTH + 100))
+    with _RECURSION_LIMIT:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, frames + MAX_DEPTH + 100))
+        try:
+            return _parse_index_text(raw)
+        finally:
+            sys.setrecursionlimit(limit)
+
+
+def _parse_index_text(raw: bytes) -> Dict[str, Any]:
     try:
         if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM is tolerated (as gcz does)
             raw = raw[3:]
@@ -1243,11 +1255,10 @@ def _parse_index(raw: bytes) -> Dict[str, Any]:
         obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
         _check_values(obj)
     except (_TooDeep, RecursionError):
-        raise GczFormatError("index-json", f"arrays and objects in the index nest more than {MAX_DEPTH} deep") from None
+        raise GczFormatError("index-json",
+                             f"arrays and objects in the index nest more than {MAX_DEPTH} deep") from None
     except (ValueError, UnicodeError) as e:
         raise GczFormatError("index-json", f"the index is not valid UTF-8 JSON ({e})") from None
-    finally:
-        sys.setrecursionlimit(limit)
     if not isinstance(obj, dict):
         raise GczFormatError("index-json", "the index is not a JSON object")
     return obj

@@ -5,6 +5,8 @@
 # codecs' throughput on both. Prints a short table; exits non-zero if a test fails or skips, or if
 # the bytes differ. Full logs go to $OUT (where set) or to the build directory.
 # Usage: tests/gpu/device_checks.sh [build-dir]
+# Meant for one call of at most 10 minutes: each step has a timeout of its own, so that a step that
+# hangs is cut short and says so, but a build from scratch plus everything else may need most of it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${1:-$root/build-gpu}"
@@ -27,14 +29,14 @@ if [ -n "$missing" ]; then
 fi
 
 echo "== build (sm_90 + PTX)"
-timeout 540 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGCZ_WITH_CUDA=ON >"$logs/gpu-configure.log" 2>&1 ||
+timeout 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGCZ_WITH_CUDA=ON >"$logs/gpu-configure.log" 2>&1 ||
   { tail -n 40 "$logs/gpu-configure.log"; exit 1; }
-timeout 540 cmake --build "$build" -j "$(nproc)" --target gcz_tests gcz_cli >"$logs/gpu-build.log" 2>&1 ||
+timeout 360 cmake --build "$build" -j "$(nproc)" --target gcz_tests gcz_cli >"$logs/gpu-build.log" 2>&1 ||
   { tail -n 40 "$logs/gpu-build.log"; exit 1; }
 
 echo "== CPU/GPU parity tests"
 status=0
-timeout 300 "$build/tests/gcz_tests" --gtest_filter='Cuda*' >"$logs/gpu-tests.log" 2>&1 || status=$?
+timeout 120 "$build/tests/gcz_tests" --gtest_filter='Cuda*' >"$logs/gpu-tests.log" 2>&1 || status=$?
 grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/gpu-tests.log" | sort | uniq -c | sort -rn | head -n 20 || true
 grep -E 'differs|Failure|no CUDA device' "$logs/gpu-tests.log" | head -n 20 || true
 if [ "$status" -ne 0 ]; then echo "parity tests failed (exit $status): $logs/gpu-tests.log"; exit 1; fi
@@ -45,9 +47,9 @@ work="$build/gpu-e2e"
 rm -rf "$work" && mkdir -p "$work"
 for codec in fp16 bf16 fp32; do
   for device in cpu cuda; do
-    timeout 120 "$build/gcz" encode "$root/samples/grads/step_0000.safetensors" -o "$work/$codec.$device.gcz" \
+    timeout 30 "$build/gcz" encode "$root/samples/grads/step_0000.safetensors" -o "$work/$codec.$device.gcz" \
       -c "$codec" --device "$device" -q
-    timeout 120 "$build/gcz" decode "$work/$codec.$device.gcz" -o "$work/$codec.$device.safetensors" \
+    timeout 30 "$build/gcz" decode "$work/$codec.$device.gcz" -o "$work/$codec.$device.safetensors" \
       --device "$device"
   done
   cmp "$work/$codec.cpu.gcz" "$work/$codec.cuda.gcz"
@@ -57,6 +59,6 @@ done
 
 echo "== throughput, 1 GiB synthetic float32 (GB/s of input; x memcpy = host memcpy)"
 for device in cpu cuda; do
-  timeout 300 "$build/gcz" bench --device "$device" --size-mib 1024 --repeat 5 --threads 1 -c fp16 -c bf16 |
+  timeout 90 "$build/gcz" bench --device "$device" --size-mib 1024 --repeat 5 --threads 1 -c fp16 -c bf16 |
     tee "$logs/gpu-bench-$device.log" | tail -n 3
 done

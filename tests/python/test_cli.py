@@ -422,6 +422,9 @@ def test_finite_input_decoded_to_inf_is_counted_and_warned_of(tmp_path):
     m = json.loads(r.stdout)["tensors"][0]["metrics"]
     assert m["decoded_nonfinite"] == 1 and m["rel_l2"] is None and m["snr_db"] is None, m
     assert "fp16 overflowed a type it stores or decodes to (float16 ends at 65504)" in r.stderr
+    np.save(tmp_path / "b.npy", np.array([3.4e38, 1], np.float32))  # beyond bfloat16's largest, 3.39e38
+    r = gcz("eval", tmp_path / "b.npy", "-c", "bf16", check=True)
+    assert "bf16 overflowed a type it stores or decodes to; they are in the error metrics" in r.stderr, r.stderr
 
 
 def test_nonfinite_input_warns_and_counts(tmp_path):
@@ -843,9 +846,10 @@ def test_names_with_control_characters_are_printed_escaped(tmp_path):
 
 
 def test_names_print_by_terminal_columns_and_what_does_not_print_is_escaped(tmp_path):
-    # A C1 CSI (U+009B, which some terminals obey) and a right-to-left override are escaped byte by
-    # byte; a wide character takes two columns and a combining accent none.
+    # A C1 CSI (U+009B, which some terminals obey), a right-to-left override and a zero-width space
+    # are escaped byte by byte; a wide character takes two columns and a combining accent none.
     names = {"c1\u009b31m": "c1\\xc2\\x9b31m", "bidi\u202eabc": "bidi\\xe2\\x80\\xaeabc",
+             "zero\u200bwidth": "zero\\xe2\\x80\\x8bwidth",
              "\u5c421": "\u5c421", "e\u0301": "e\u0301", "plain": "plain"}
     write_safetensors(tmp_path / "n.safetensors", {n: np.ones(4, np.float32) for n in names})
     gcz("encode", tmp_path / "n.safetensors", "-o", tmp_path / "n.gcz", "-q", check=True)

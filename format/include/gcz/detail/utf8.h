@@ -26,10 +26,13 @@ inline std::pair<char32_t, std::size_t> utf8_char(std::string_view s, std::size_
   return {c, len};
 }
 
+// Whether utf8_char's character stands for a stray byte (a valid sequence never decodes to these).
+inline bool is_stray_byte(char32_t c) { return c >= 0xDC80 && c <= 0xDCFF; }
+
 inline bool is_utf8(std::string_view s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto [c, n] = utf8_char(s, i);
-    if (c >= 0xDC80 && c <= 0xDCFF) return false;  // a stray byte (a valid sequence never decodes to these)
+    if (is_stray_byte(c)) return false;
     i += n;
   }
   return true;
