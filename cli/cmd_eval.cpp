@@ -1,8 +1,11 @@
 // gcz eval: encode and decode in memory, report, write nothing. With --steps, the inputs are
 // consecutive training steps and error feedback can be carried across them.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <set>
+#include <string>
 
 #include "commands.h"
 #include "common.h"
@@ -81,6 +84,18 @@ RunFn add_eval_command(CLI::App& app) {
       progress.clear();
       if (!report) return report_error(report.status());
       print_warnings(*report, /*rules=*/false, input);
+      if (!steps.empty()) {
+        // Steps of one model share their names: none shared says the inputs are not such steps.
+        std::set<std::string> before;
+        for (const TensorReport& t : steps.back().report.tensors) before.insert(t.name);
+        if (std::none_of(report->tensors.begin(), report->tensors.end(),
+                         [&](const TensorReport& t) { return before.count(t.name) > 0; })) {
+          std::fprintf(stderr,
+                       "gcz: warning: %s: no tensor of this step is named as one of the step before, so "
+                       "sum_rel_l2 starts again for every tensor (steps of one model share their names)\n",
+                       printable(input).c_str());
+        }
+      }
       if (rules.empty()) rules = report->rules;
       for (std::size_t i = 0; i < rules.size(); ++i) {
         rules[i].matched |= report->rules[i].matched;

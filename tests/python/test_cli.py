@@ -1023,6 +1023,15 @@ def test_eval_steps_warnings_name_their_step():
     assert any(str(SAMPLE_BF16) in line for line in warnings), r.stderr
 
 
+def test_eval_steps_that_share_no_name_are_warned_of(tmp_path):
+    np.save(tmp_path / "a.npy", np.ones(4, np.float32))
+    np.save(tmp_path / "b.npy", np.ones(4, np.float32))
+    r = gcz("eval", "--steps", "a.npy", "a.npy", "b.npy", "-q", cwd=tmp_path, check=True)
+    assert r.stderr.splitlines() == [
+        "gcz: warning: b.npy: no tensor of this step is named as one of the step before, so sum_rel_l2 starts "
+        "again for every tensor (steps of one model share their names)"], r.stderr
+
+
 def test_norm_ratio_warnings_name_five_tensors_and_count_the_rest(tmp_path):
     rng = np.random.default_rng(3)
     write_safetensors(tmp_path / "g.safetensors", {f"t{i}": rng.normal(size=1000).astype(np.float32) for i in range(8)})
