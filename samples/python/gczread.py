@@ -32,11 +32,31 @@ Dependencies
 
 API
 ---
->>> with GczFile("grads.gcz") as f:          # validates header, trailer, index checksum and schema,
-...     f.tensors                            #   and the stream tiling of FORMAT.md §4/§6
-...     f.info("head.weight")                # TensorInfo: dtype, shape, codec chain, streams, ...
-...     a = f.read("head.weight")            # numpy array in the original dtype, C order, shape
-...     f.verify()                           # every stream checksum, zstd frame, padding and decode
+::
+
+    with GczFile("grads.gcz") as f:          # validates header, trailer, index checksum and schema,
+        names = f.tensors                    #   and the stream tiling of FORMAT.md §4/§6
+        info = f.info("head.weight")         # TensorInfo: dtype, shape, codec chain, streams, ...
+        a = f.read("head.weight")            # numpy array in the original dtype, C order, shape
+        arrays = {n: f[n] for n in f}        # every tensor (f[n] is f.read(n))
+        f.verify()                           # every stream checksum, zstd frame, padding and decode
+
+    # An error-feedback state (gcz encode --ef-state ef.gcz): residuals, and PowerSGD's Q.
+    with GczFile("ef.gcz") as f:
+        steps = int(f.metadata["gcz.ef_steps"])
+        residuals = {n[len("residual/"):]: f[n] for n in f if n.startswith("residual/")}
+
+``GczFile(path)`` (or ``open_gcz(path)``) opens and checks a file; ``close()``, or a ``with`` block,
+closes it. Its attributes: ``path``; ``tensors``, the names in file order (also ``len(f)``,
+``name in f``, ``iter(f)``); ``metadata``, the index's metadata as a ``dict`` of strings (``--meta``
+values, and ``gcz.*`` keys such as ``gcz.ef_steps``); ``producer``; ``version``, ``(major, minor)``;
+``file_size``. ``info(name)`` gives a :class:`TensorInfo`: ``name``, ``dtype``, ``shape``, ``codec``
+(the chain as in the index), ``codec_spec`` (as ``gcz info`` prints it), ``seed``, ``rng``,
+``streams`` (:class:`StreamInfo`: ``name``, ``encoding``, ``offset``, ``length``, ``size``,
+``xxh3``), ``metrics`` (the dict the encoder stored, or ``None``), ``numel``. ``read_stream(name,
+stream)`` returns one stream's stored bytes, decompressed. One ``GczFile`` may be read from several
+threads at once, and from processes forked while it was open (reads are positional); pickled, it is
+its path, opened again where it is unpickled.
 
 ``read`` returns ``float16``/``float32``/``float64`` arrays for those dtypes. numpy has no bfloat16: a
 ``bfloat16`` tensor is returned as a ``numpy.uint16`` array holding the bfloat16 bit patterns (the
@@ -45,8 +65,11 @@ top 16 bits of the float32 with the same value), or, with ``read(name, widen=Tru
 ``read_bits(name)`` returns the raw bit patterns of any tensor as an unsigned integer array of the
 dtype's width (uint16/uint32/uint64).
 
-Every rejection raises :class:`GczFormatError`; ``err.rule`` is the FORMAT.md §6 rule name (for
-instance ``"index-checksum"``; the name ``gcz verify`` prints) and the message starts with it. A
+Every rejection raises :class:`GczFormatError` (a ``ValueError``); ``err.rule`` is the FORMAT.md §6
+rule name (for instance ``"index-checksum"``; the name ``gcz verify`` prints) and the message starts
+with it. Besides it: ``OSError`` (``FileNotFoundError``, ``IsADirectoryError``, ...) where the file
+cannot be opened or read, or shrinks while open ("short read"); ``KeyError`` for a tensor or stream
+name the file does not have; ``ValueError`` for a read after ``close()``; ``ImportError`` as above. A
 stream whose *content* breaks its codec's decoding rules (docs/codecs/*.md: a Top-K index list that
 is not strictly ascending, a NaN QSGD scale, a base-3 byte above 242, ...) is found when the tensor
 is decoded (``read``, ``read_bits``, ``verify``): §6 rule ``"bad-stream-data"``, with a message
@@ -71,8 +94,13 @@ Decoding follows CODECS.md bit-exactly: widening is exact, narrowing rounds to n
 step, overflow gives +-Inf, and a NaN keeps its sign, has its payload truncated (or, widening,
 shifted) into the destination's top fraction bits and gets the quiet bit set.
 
-Command line: ``python3 gczread.py FILE.gcz [--verify]`` prints the tensors of the file; an error
-(a rejected file, or one that cannot be opened) is one line on stderr and exit status 1.
+Decoding holds the stored streams and a few float64 or float32 working arrays of the tensor's size
+at once: a tensor's peak memory is about 2× its decoded size for ``none``, 4× for ``fp16``, 7–9× for
+``qsgd`` and ``randomk``.
+
+Command line: ``python3 gczread.py FILE.gcz [--verify]`` prints the file's metadata and tensors; an
+error (a rejected file, or one that cannot be opened) is one line on stderr and exit status 1, a
+usage error exit status 2.
 """
 
 from __future__ import annotations
@@ -87,7 +115,7 @@ import sys
 import threading
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -1116,6 +1144,9 @@ class TensorInfo:
     metrics: Optional[Dict[str, Any]] = field(default=None, compare=False)
     spec: Optional[CodecSpec] = field(default=None, compare=False, repr=False)  # codec[0], checked
 
+    def __hash__(self) -> int:  # the codec chain holds dicts: hashed by the fields that are not
+        return hash((self.name, self.dtype, self.shape, self.seed, self.rng, self.streams))
+
     @property
     def numel(self) -> int:
         n = 1
@@ -1238,13 +1269,17 @@ def _parse_index(raw: bytes) -> Dict[str, Any]:
     frames, f = 0, sys._getframe()
     while f is not None:
         frames, f = frames + 1, f.f_back
+    needed = frames + MAX_DEPTH + 100
     with _RECURSION_LIMIT:
         limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, frames + MAX_DEPTH + 100))
+        if limit >= needed:
+            return _parse_index_text(raw)
+        sys.setrecursionlimit(needed)
         try:
             return _parse_index_text(raw)
         finally:
-            sys.setrecursionlimit(limit)
+            if sys.getrecursionlimit() == needed:  # unless another thread has set its own meanwhile
+                sys.setrecursionlimit(limit)
 
 
 def _parse_index_text(raw: bytes) -> Dict[str, Any]:
@@ -1318,6 +1353,7 @@ class GczFile:
 
     def __init__(self, path: "str | os.PathLike[str]"):
         self.path = os.fspath(path)
+        self._lock = threading.Lock()  # where there is no os.pread: a seek and a read as one step
         self._f = open(self.path, "rb")
         try:
             self._load()
@@ -1335,10 +1371,26 @@ class GczFile:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __reduce__(self):  # pickled as its path: another process opens (and checks) the file again
+        return (GczFile, (self.path,))
+
     # -- structure -------------------------------------------------------------------------------
     def _pread(self, offset: int, length: int) -> bytes:
-        self._f.seek(offset)
-        data = self._f.read(length)
+        # Positional reads share no file position: threads, and processes forked with the file open,
+        # can read at once.
+        if hasattr(os, "pread"):
+            parts, done = [], 0
+            while done < length:
+                part = os.pread(self._f.fileno(), length - done, offset + done)
+                if not part:
+                    break
+                parts.append(part)
+                done += len(part)
+            data = b"".join(parts)
+        else:
+            with self._lock:
+                self._f.seek(offset)
+                data = self._f.read(length)
         if len(data) != length:  # the file changed under us
             raise OSError(f"{self.path}: short read at offset {offset}")
         return data
@@ -1514,6 +1566,12 @@ class GczFile:
             return self._infos[name]
         except KeyError:
             raise KeyError(f"no tensor {name!r} in {self.path}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.read(name)
 
     def __contains__(self, name: str) -> bool:
         return name in self._infos
@@ -1692,14 +1750,17 @@ def open_gcz(path: "str | os.PathLike[str]") -> GczFile:
 def _main(argv: List[str]) -> int:
     import argparse  # noqa: PLC0415
 
-    ap = argparse.ArgumentParser(prog="gczread.py", description="List the tensors of a .gcz file.")
-    ap.add_argument("file")
+    ap = argparse.ArgumentParser(prog="gczread.py", description="List the tensors of a .gcz file.",
+                                 epilog="Exit status: 0 ok, 1 a rejected or unreadable file, 2 a usage error.")
+    ap.add_argument("file", help="the .gcz file to read")
     ap.add_argument("--verify", action="store_true", help="also check every stream and decode")
     args = ap.parse_args(argv)
     try:
         with GczFile(args.file) as f:
             print(f"{args.file}: gcz {f.version[0]}.{f.version[1]}, written by {f.producer}, "
                   f"{len(f)} tensors, {f.file_size} bytes")
+            for k, v in f.metadata.items():
+                print(f"metadata  {k}={v}")
             rows = [("tensor", "dtype", "shape", "codec", "streams", "stored")]
             for n in f.tensors:
                 i = f.info(n)

@@ -1550,3 +1550,76 @@ def test_powersgd_nan_factors(tmp_path):
     assert np.array_equal(mine[~nan], cpp[~nan])
     claim = gczread.__doc__.split("Dependencies")[0]
     assert "NaN factors" in claim and "not a NaN is exactly" in claim
+
+
+# ---- the reader as a library ---------------------------------------------------------------------
+
+def _many_tensors(tmp_path: Path) -> Tuple[Path, dict]:
+    rng = np.random.default_rng(11)
+    arrays = {f"t{i}": rng.normal(size=(64, 96)).astype(np.float32) for i in range(8)}
+    np.savez(tmp_path / "m.npz", **arrays)
+    out = tmp_path / "m.gcz"
+    subprocess.run([str(GCZ), "encode", str(tmp_path / "m.npz"), "-o", str(out), "-c", "qsgd+zstd", "-q",
+                    "--meta", "step=7"], check=True)
+    with GczFile(out) as f:
+        return out, {n: f.read(n) for n in f.tensors}
+
+
+def _read_all(f: GczFile, rounds: int) -> dict:
+    got = {}
+    for _ in range(rounds):
+        got = {n: f[n] for n in f}
+    return got
+
+
+def test_one_file_is_read_from_threads_at_once(tmp_path):
+    import concurrent.futures
+    path, expected = _many_tensors(tmp_path)
+    with GczFile(path) as f, concurrent.futures.ThreadPoolExecutor(6) as pool:
+        for got in pool.map(lambda _: _read_all(f, 5), range(6)):
+            assert got.keys() == expected.keys()
+            assert all(np.array_equal(got[n], expected[n]) for n in expected)
+
+
+def _read_inherited(_):
+    return _read_all(_FORKED, 5)
+
+
+def test_one_file_is_read_from_processes_forked_with_it_open(tmp_path):
+    import multiprocessing
+    global _FORKED
+    path, expected = _many_tensors(tmp_path)
+    with GczFile(path) as _FORKED, multiprocessing.get_context("fork").Pool(3) as pool:
+        for got in pool.map(_read_inherited, range(6)):
+            assert all(np.array_equal(got[n], expected[n]) for n in expected)
+
+
+def test_a_file_pickles_as_its_path_and_reads_like_a_mapping(tmp_path):
+    import pickle
+    path, expected = _many_tensors(tmp_path)
+    with GczFile(path) as f:
+        assert list(f) == f.tensors and f.metadata["step"] == "7"
+        assert len({f.info(n) for n in f}) == len(expected)  # TensorInfo is hashable
+        with pickle.loads(pickle.dumps(f)) as g:
+            assert g.path == f.path and all(np.array_equal(g[n], expected[n]) for n in expected)
+
+
+def test_opening_a_file_leaves_the_recursion_limit_as_it_found_it(tmp_path):
+    path, _ = _many_tensors(tmp_path)
+    before, frames, f = sys.getrecursionlimit(), 0, sys._getframe()
+    while f is not None:
+        frames, f = frames + 1, f.f_back
+    for limit in (frames + 20, before, 5000):  # below what the index needs, the default, above it
+        sys.setrecursionlimit(limit)
+        try:
+            GczFile(path).close()
+            assert sys.getrecursionlimit() == limit
+        finally:
+            sys.setrecursionlimit(before)
+
+
+def test_the_command_line_prints_the_metadata(tmp_path):
+    path, _ = _many_tensors(tmp_path)
+    r = subprocess.run([sys.executable, str(REPO / "samples" / "python" / "gczread.py"), str(path)],
+                       capture_output=True, text=True, check=True)
+    assert "metadata  step=7" in r.stdout.splitlines(), r.stdout
