@@ -39,6 +39,7 @@ class RawCursor : public StreamCursor {
       : file_(file), s_(s), where_(std::move(where)) {}
   Status read(void* dst, uint64_t n) override {
     if (n > s_.length - pos_) return format_error(where_ + ": read past the end of the stream");
+    if (n == 0) return Status::ok();  // dst may be null then (an empty buffer's data())
     std::memcpy(dst, file_.data() + s_.offset + pos_, n);
     pos_ += n;
     file_.release(s_.offset, s_.offset + pos_);
