@@ -40,9 +40,9 @@ void set_command_for_usage_errors(const std::string& command);
 std::string see_help(const std::string& command);
 
 // Prints `rows` (the first a header) as columns two spaces apart, each as wide as its widest cell in
-// terminal columns (UTF-8: a name such as 'ünï' takes 3, not 5, and '层' 2); the first `left` columns are aligned left,
-// the others right. With `rule_before_last`, dashes under every column come before the last row (a
-// TOTAL), when there are rows besides it.
+// terminal columns (UTF-8: a name such as 'ünï' takes 3, not 5, and '层' 2); the first `left`
+// columns are aligned left, the others right. With `rule_before_last`, dashes under every column come
+// before the last row (a TOTAL), when there are rows besides it.
 void print_columns(std::FILE* out, const std::vector<std::vector<std::string>>& rows, std::size_t left,
                    bool rule_before_last = false);
 

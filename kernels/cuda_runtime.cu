@@ -23,18 +23,17 @@ Status probe_device() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    // An old driver looks like no device to cudaGetDeviceCount: say which it is.
+    // No driver, and one too old for this runtime, both read "insufficient driver": say which.
     int driver = 0, runtime = 0;
     (void)cudaDriverGetVersion(&driver);
     (void)cudaRuntimeGetVersion(&runtime);
     (void)cudaGetLastError();
     auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
     std::string what = "no CUDA device found";
-    if (driver == 0) {
-      what = "no NVIDIA driver is loaded";
-    } else if (driver < runtime) {
-      what = "the NVIDIA driver supports CUDA up to " + version(driver) + ", and gcz was built with CUDA " +
-             version(runtime) + ", which needs a newer driver";
+    if (err == cudaErrorInsufficientDriver) {
+      what = driver == 0 ? "no NVIDIA driver is loaded"
+                         : "the NVIDIA driver supports CUDA up to " + version(driver) + ", too old for the CUDA " +
+                               version(runtime) + " gcz was built with";
     }
     return device_error(what + " (cudaGetDeviceCount: " + error_text(err) + ")");
   }
