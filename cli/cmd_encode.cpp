@@ -43,6 +43,7 @@ RunFn add_encode_command(CLI::App& app) {
       ef = std::move(*loaded);
       options->error_feedback = &*ef;
     }
+    note_unused_raw_options(a->encode);
     ProgressLine progress("encoding");
     options->progress = progress.callback();
     auto report = encode_files(a->encode.inputs, a->output, *options);

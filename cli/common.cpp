@@ -15,6 +15,7 @@
 
 #include "gcz/codec.h"
 #include "gcz/detail/utf8.h"
+#include "gcz/tensor_io.h"
 
 namespace gcz::cli {
 
@@ -248,6 +249,18 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
     if (last != order.rend() && *last != report) a.report_format = *last == json ? "json" : "csv";
   });
   app.add_flag("-q,--quiet", a.quiet, "Print no report (errors and warnings still go to stderr)");
+}
+
+void note_unused_raw_options(const EncodeArgs& a) {
+  if (a.raw_dtype.empty() && a.raw_shape.empty()) return;
+  for (const std::string& input : a.inputs) {
+    const auto format = tensor_format_from_path(input);
+    // Read as raw bytes, or a directory that may hold such files: the options are used.
+    if (!format || *format == TensorFileFormat::kRaw || *format == TensorFileFormat::kDirectory) return;
+  }
+  std::fprintf(stderr,
+               "gcz: note: --dtype and --shape apply to raw binary input only, and no input is raw (.npy, .npz, "
+               ".safetensors and .h5 files are read as what they are)\n");
 }
 
 Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {

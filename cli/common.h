@@ -82,6 +82,8 @@ struct EncodeArgs {
 void add_encode_options(CLI::App& app, EncodeArgs& args);
 // Turns parsed arguments into library options (checking dtype/shape/rules/device/meta).
 Result<EncodeOptions> to_encode_options(const EncodeArgs& args);
+// A note on stderr where --dtype or --shape is given but no input would be read as raw bytes.
+void note_unused_raw_options(const EncodeArgs& args);
 Result<DeviceRequest> parse_device(const std::string& text);
 
 }  // namespace gcz::cli

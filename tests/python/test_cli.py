@@ -883,6 +883,15 @@ def test_usage_errors_say_what_and_point_to_help(args, says, tmp_path):
         assert "gcz eval --steps" in line, line
 
 
+def test_raw_options_without_a_raw_input_are_noted(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    r = gcz("eval", "x.npy", "--dtype", "f32", "--shape", "4", "-q", cwd=tmp_path, check=True)
+    assert r.stderr.startswith("gcz: note: --dtype and --shape apply to raw binary input only"), r.stderr
+    np.ones(4, np.float32).tofile(tmp_path / "r.bin")
+    r = gcz("eval", "x.npy", "r.bin", "--dtype", "f32", "--shape", "4", "-q", cwd=tmp_path, check=True)
+    assert r.stderr == "", r.stderr
+
+
 def test_a_metadata_key_given_twice_is_refused(tmp_path):
     np.save(tmp_path / "x.npy", np.ones(4, np.float32))
     r = gcz("encode", "x.npy", "-o", "x.gcz", "--meta", "step=1", "--meta", "step=2", cwd=tmp_path)
