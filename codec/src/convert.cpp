@@ -63,6 +63,15 @@ bool fpu_narrows_as_specified() {
 #endif
 }
 
+// Whether MXCSR has all its defaults: fpu_narrows_as_specified, and subnormals read as themselves.
+bool fpu_at_defaults() {
+#if defined(__x86_64__)
+  return (_mm_getcsr() & 0xE040u) == 0;
+#else
+  return false;
+#endif
+}
+
 template <class To>
 inline To store_from_f64(double v);
 template <>
@@ -135,9 +144,21 @@ void convert_from(const void* src, DType to, void* dst, std::size_t n) {
   for (; i < n; ++i) out[i] = detail::f16_to_f32(in[i]);
 }
 
+// float16 -> float64: through float32 on F16C, then widened on the FPU. Every float16, subnormals
+// included, is a float32 normal, so denormals-are-zero cannot touch the second step; a NaN keeps its
+// payload and comes out quiet, as f16_to_f32 and f32_to_f64 make it.
+[[gnu::target("avx2,f16c")]] void f16_to_f64_f16c(const uint16_t* in, double* out, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm256_storeu_pd(out + i, _mm256_cvtps_pd(_mm256_castps256_ps128(f)));
+    _mm256_storeu_pd(out + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
+  }
+  for (; i < n; ++i) out[i] = detail::f32_to_f64(detail::f16_to_f32(in[i]));
+}
+
 // float32 -> bfloat16: f32_to_bf16's add-and-shift rounding and its NaN rule on eight lanes.
-[[gnu::always_inline, gnu::target("avx2")]] inline __m256i bf16_bits8(const float* p) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+[[gnu::always_inline, gnu::target("avx2")]] inline __m256i bf16_bits8(__m256i bits) {
   const __m256i high = _mm256_srli_epi32(bits, 16);
   const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(high, _mm256_set1_epi32(1)));
   const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, bias), 16);
@@ -145,15 +166,68 @@ void convert_from(const void* src, DType to, void* dst, std::size_t n) {
       _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
   return _mm256_blendv_epi8(rounded, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
 }
-// 16 elements a step, narrowed to 16 bits (every result fits, so the saturating pack is exact).
+// Stores two runs of eight bfloat16 results in 32-bit lanes as 16 elements: every result fits in
+// 16 bits, so the saturating pack is exact; it interleaves the halves, which the permute undoes.
+[[gnu::always_inline, gnu::target("avx2")]] inline void store_bf16x16(uint16_t* out, __m256i lo, __m256i hi) {
+  const __m256i packed = _mm256_packus_epi32(lo, hi);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
+}
 [[gnu::target("avx2")]] void f32_to_bf16_avx2(const float* in, uint16_t* out, std::size_t n) {
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i packed = _mm256_packus_epi32(bf16_bits8(in + i), bf16_bits8(in + i + 8));  // halves interleaved
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m256i lo = bf16_bits8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+    const __m256i hi = bf16_bits8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 8)));
+    store_bf16x16(out + i, lo, hi);
   }
   for (; i < n; ++i) out[i] = detail::f32_to_bf16(in[i]);
 }
+// float64 -> float16 and bfloat16 round once (CODECS.md), which no instruction here does; rounding to
+// odd first makes two roundings one. x narrowed to float32 toward zero, with the last bit set where
+// that dropped anything, then rounded to nearest even at two or more bits fewer, is x rounded to
+// nearest even once (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
+// algorithms using rounding to odd", 2008). float16 keeps 11 of float32's 24 bits, and its subnormals
+// are float32 normals; bfloat16 keeps 8, and its subnormals lie on float32's own subnormal grid 16
+// bits coarser. Overflow truncates to float32's largest finite value, which both round to Inf as x
+// does; a NaN is narrowed as it is by f64_to_f32, whose payload bits both keep.
+//
+// Four lanes: the FPU narrows to nearest even (cvtpd2ps), and widening back says whether that was
+// exact and whether it rounded away from zero, in which case the truncation is one less in the bits.
+// Only where MXCSR has its defaults (fpu_at_defaults): nearest even, no flush to zero, and subnormal
+// float32 results read back as themselves.
+[[gnu::always_inline, gnu::target("avx2")]] inline __m128i f64_to_f32_odd4(const double* p) {
+  const __m256d x = _mm256_loadu_pd(p);
+  const __m128 r = _mm256_cvtpd_ps(x);
+  const __m256d back = _mm256_cvtps_pd(r);
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
+  const __m256d away = _mm256_cmp_pd(_mm256_and_pd(back, abs_mask), _mm256_and_pd(x, abs_mask), _CMP_GT_OQ);
+  // Ordered compares: false for a NaN, which stays as the FPU narrowed it.
+  const __m256d inexact = _mm256_cmp_pd(back, x, _CMP_NEQ_OQ);
+  const __m256i even_lanes = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);  // 64-bit masks to 32-bit
+  const __m128i away32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), even_lanes));
+  const __m128i inexact32 =
+      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), even_lanes));
+  const __m128i toward_zero = _mm_add_epi32(_mm_castps_si128(r), away32);  // a true mask is -1
+  return _mm_or_si128(toward_zero, _mm_and_si128(inexact32, _mm_set1_epi32(1)));
+}
+[[gnu::always_inline, gnu::target("avx2")]] inline __m256i f64_to_f32_odd8(const double* p) {
+  return _mm256_set_m128i(f64_to_f32_odd4(p + 4), f64_to_f32_odd4(p));
+}
+[[gnu::target("avx2,f16c")]] void f64_to_f16_avx2(const double* in, uint16_t* out, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 odd = _mm256_castsi256_ps(f64_to_f32_odd8(in + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(odd, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = detail::f64_to_f16(in[i]);
+}
+[[gnu::target("avx2")]] void f64_to_bf16_avx2(const double* in, uint16_t* out, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    store_bf16x16(out + i, bf16_bits8(f64_to_f32_odd8(in + i)), bf16_bits8(f64_to_f32_odd8(in + i + 8)));
+  }
+  for (; i < n; ++i) out[i] = detail::f64_to_bf16(in[i]);
+}
+
 // bfloat16 -> float32: bf16_to_f32 (the bits on top, a NaN made quiet) on eight lanes a step.
 [[gnu::target("avx2")]] void bf16_to_f32_avx2(const uint16_t* in, float* out, std::size_t n) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFF0000), inf = _mm256_set1_epi32(0x7F800000);
@@ -199,6 +273,15 @@ void convert_elements(DType from, const void* src, DType to, void* dst, std::siz
     }
     if (from == DType::kBFloat16 && to == DType::kFloat32) {
       return bf16_to_f32_avx2(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+    }
+    if (from == DType::kFloat16 && to == DType::kFloat64) {
+      return f16_to_f64_f16c(static_cast<const uint16_t*>(src), static_cast<double*>(dst), n);
+    }
+    if (from == DType::kFloat64 && to == DType::kFloat16 && fpu_at_defaults()) {
+      return f64_to_f16_avx2(static_cast<const double*>(src), static_cast<uint16_t*>(dst), n);
+    }
+    if (from == DType::kFloat64 && to == DType::kBFloat16 && fpu_at_defaults()) {
+      return f64_to_bf16_avx2(static_cast<const double*>(src), static_cast<uint16_t*>(dst), n);
     }
   }
 #endif

@@ -208,6 +208,96 @@ TEST(FloatBits, F64ToF32ByTheFpuMatchesTheBits) {
 #endif
 }
 
+// float64 patterns around everything float16 and bfloat16 round at: for each exponent from below
+// float32's subnormals to above its overflow (and Inf/NaN), each tie position from float16's and
+// bfloat16's normal precision down to half their smallest subnormal, the fraction just below, at and
+// just above the tie, with an even and an odd bit above it; then random bit patterns of the same
+// exponents. A length of 8k + 5 leaves a scalar tail.
+std::vector<double> f64_half_patterns() {
+  std::vector<double> out;
+  std::vector<uint64_t> fractions = {0, 1, (uint64_t{1} << 52) - 1, 0x5555555555555ull, 0xAAAAAAAAAAAAAull};
+  for (int s = 30; s <= 52; ++s) {
+    const uint64_t tie = uint64_t{1} << (s - 1);
+    const uint64_t odd = s < 52 ? uint64_t{1} << s : 0;
+    for (uint64_t f : {tie - 1, tie, tie + 1}) {
+      fractions.push_back(f);
+      fractions.push_back(f | odd);
+    }
+  }
+  for (uint64_t sign : {uint64_t{0}, uint64_t{1} << 63}) {
+    for (uint64_t e = 0; e < 2048; ++e) {
+      if (e != 0 && e != 2047 && (e < 1023 - 160 || e > 1023 + 130)) continue;  // far out: 0 or Inf alike
+      for (uint64_t f : fractions) out.push_back(bit_cast<double>(sign | (e << 52) | f));
+    }
+  }
+  uint64_t state = 0x9E3779B97F4A7C15ull;  // splitmix64
+  for (int k = 0; k < 200003; ++k) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const uint64_t e = 1023 - 160 + ((z >> 52) & 0x7FF) % 291;
+    out.push_back(bit_cast<double>((z & 0x800FFFFFFFFFFFFFull) | (e << 52)));
+  }
+  return out;
+}
+
+// convert_elements narrows float64 to float16 and bfloat16 by rounding to odd on the FPU and then to
+// nearest even (AVX2 and F16C, where MXCSR has its defaults), and on the bits elsewhere: the same
+// results either way, also where MXCSR reads or flushes subnormals as zero or rounds otherwise.
+TEST(FloatBits, F64ToHalfByRoundingToOddMatchesTheBits) {
+  const std::vector<double> in = f64_half_patterns();
+  std::vector<uint16_t> out(in.size());
+  std::vector<unsigned> flag_sets = {0};
+#if defined(__x86_64__)
+  flag_sets.insert(flag_sets.end(), {0x0040u, 0x8000u, 0x6000u});  // DAZ; flush to zero; toward zero
+  const unsigned saved = _mm_getcsr();
+#endif
+  for (DType half : {DType::kFloat16, DType::kBFloat16}) {
+    for (unsigned flags : flag_sets) {
+#if defined(__x86_64__)
+      _mm_setcsr(saved | flags);
+#endif
+      convert_elements(DType::kFloat64, in.data(), half, out.data(), in.size());
+#if defined(__x86_64__)
+      _mm_setcsr(saved);
+#endif
+      for (std::size_t k = 0; k < in.size(); ++k) {
+        const uint64_t bits = bit_cast<uint64_t>(in[k]);
+        const uint16_t want = half == DType::kFloat16 ? f64_to_f16(in[k]) : f64_to_bf16(in[k]);
+        ASSERT_EQ(out[k], want) << dtype_name(half) << ", MXCSR flags " << std::hex << flags << ", double bits "
+                                << bits;
+      }
+    }
+  }
+}
+
+// Every float16 pattern widened to float64 by convert_elements (F16C, where the CPU has it) is the
+// exact value, NaNs quiet with their payload, also where MXCSR reads subnormals as zero.
+TEST(FloatBits, F16ToF64IsExact) {
+  std::vector<uint16_t> h(0x10000 + 5);
+  for (uint32_t k = 0; k < h.size(); ++k) h[k] = static_cast<uint16_t>(k);
+  std::vector<double> out(h.size());
+  std::vector<unsigned> flag_sets = {0};
+#if defined(__x86_64__)
+  flag_sets.push_back(0x8040u);  // denormals are zero, flush to zero
+  const unsigned saved = _mm_getcsr();
+#endif
+  for (unsigned flags : flag_sets) {
+#if defined(__x86_64__)
+    _mm_setcsr(saved | flags);
+#endif
+    convert_elements(DType::kFloat16, h.data(), DType::kFloat64, out.data(), h.size());
+#if defined(__x86_64__)
+    _mm_setcsr(saved);
+#endif
+    for (std::size_t k = 0; k < h.size(); ++k) {
+      const uint64_t want = widen_float_bits<5, 10, 11, 52>(h[k]);
+      ASSERT_EQ(bit_cast<uint64_t>(out[k]), want) << "MXCSR flags " << std::hex << flags << ", float16 bits " << h[k];
+    }
+  }
+}
+
 // convert_elements between float32 and float16 (the x86 F16C instructions) and bfloat16 (AVX2
 // integer code) against the portable branch-free code: every 16-bit pattern widened, and narrowed
 // every float32 pattern whose low 16 bits are one of a set that holds each rounding case (exact,
