@@ -861,6 +861,20 @@ def test_randomk_selection_rule():
         assert np.array_equal(gczread.randomk_indices(seed, tkey, n, k), want)
 
 
+def test_smallest_k_breaks_ties_to_the_lower_index():
+    """_smallest_k, the O(n) selection randomk_indices uses, against the sort that defines it, on keys
+    with many ties at the k-th smallest (a handful of distinct values) and on distinct keys."""
+    rng = np.random.default_rng(8)
+    for keys in (rng.integers(0, 4, 3001).astype(np.uint32),
+                 np.full(100, 7, np.uint32),
+                 rng.permutation(2000).astype(np.uint32)):
+        n = len(keys)
+        for k in (1, 2, n // 4, n // 2 + 1, n - 1, n):
+            want = np.sort(np.lexsort((np.arange(n), keys))[:k])
+            got = gczread._smallest_k(keys, k)
+            assert got.dtype == np.int64 and np.array_equal(got, want), (n, k)
+
+
 def _read_all(path: Path) -> dict:
     with GczFile(path) as f:
         return {n: f.read(n) for n in f.tensors}
