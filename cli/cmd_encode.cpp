@@ -1,5 +1,9 @@
 // gcz encode: tensor files in, one .gcz out, report on stdout.
+#include <cstdio>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -7,6 +11,23 @@
 #include "report.h"
 
 namespace gcz::cli {
+namespace {
+
+// A state that holds residuals but none for this step's tensors is likely another model's, or
+// another run's: it was used all the same (every tensor started from zero), so say so.
+void warn_if_state_is_foreign(const std::string& state, const std::vector<std::string>& state_names,
+                              const EncodeReport& report) {
+  const std::set<std::string> held(state_names.begin(), state_names.end());
+  for (const TensorReport& t : report.tensors) {
+    if (held.count(t.name)) return;
+  }
+  std::fprintf(stderr,
+               "gcz: warning: --ef-state %s: its %zu residuals share no tensor name with this step's input (the "
+               "state of another model or run?): every tensor started from zero, and the state now holds both\n",
+               printable(state).c_str(), state_names.size());
+}
+
+}  // namespace
 
 RunFn add_encode_command(CLI::App& app) {
   struct Args {
@@ -24,24 +45,38 @@ RunFn add_encode_command(CLI::App& app) {
       ->allow_extra_args(false);  // one KEY=VALUE each time: an input after it stays an input
   cmd->add_option("--ef-state", a->ef_state,
                   "Error feedback: add the residuals stored in this .gcz to the gradients before encoding, then "
-                  "rewrite it (atomically, after OUTPUT) with the new residuals and PowerSGD's Q. Created if missing");
-  cmd->add_option("--ef-codec", a->ef_codec, "Codec for the residuals in the --ef-state file")->capture_default_str();
+                  "rewrite it with the new residuals and PowerSGD's Q; OUTPUT and the state are put in place "
+                  "together, so a failed run leaves both as they were. Created if missing; a tensor whose shape "
+                  "changes needs a new one");
+  CLI::Option* ef_codec =
+      cmd->add_option("--ef-codec", a->ef_codec,
+                      "Codec for the residuals in the --ef-state file; a lossy one loses for good what it drops "
+                      "from them")
+          ->capture_default_str();
   cmd->footer(
       "Examples:\n"
       "  gcz encode step_100.safetensors -o step_100.gcz                      # fp16, the default\n"
       "  gcz encode grads/ -o grads.gcz -c bf16+zstd:level=5 --rule '*.bias=none' --min-numel 1024\n"
       "  gcz encode step_101.safetensors -o s101.gcz -c 'topk:ratio=0.01' --ef-state ef.gcz\n"
       "  gcz encode dump.bin --dtype f32 --shape 4096,4096 -o dump.gcz --json");
-  return [a]() {
+  return [a, ef_codec]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
-    if (Status s = check_encode_outputs(a->output, a->ef_state, a->ef_codec); !s) return report_error(s);
+    if (Status s = check_encode_outputs(a->encode.inputs, a->output, a->ef_state, a->ef_codec); !s) {
+      return report_error(s);
+    }
     std::optional<ErrorFeedback> ef;
+    std::vector<std::string> state_names;
     if (!a->ef_state.empty()) {
       auto loaded = ErrorFeedback::load(a->ef_state);
-      if (!loaded) return report_error(loaded.status());
+      if (!loaded) return report_error(loaded.status().with_context("--ef-state"));
       ef = std::move(*loaded);
+      state_names = ef->names();
       options->error_feedback = &*ef;
+      options->ef_state_path = a->ef_state;
+      options->ef_codec = a->ef_codec;
+    } else if (ef_codec->count() > 0) {
+      std::fprintf(stderr, "gcz: note: --ef-codec applies to the --ef-state file, and none is given\n");
     }
     note_unused_raw_options(a->encode);
     ProgressLine progress("encoding");
@@ -49,12 +84,9 @@ RunFn add_encode_command(CLI::App& app) {
     auto report = encode_files(a->encode.inputs, a->output, *options);
     progress.clear();
     if (!report) return report_error(report.status());
-    if (ef) {
-      Status s = ef->save(a->ef_state, a->ef_codec);
-      if (!s) return report_error(s.with_context("--ef-state (" + a->output + " was written)"));
-    }
     if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format);
     print_warnings(*report);
+    if (!state_names.empty()) warn_if_state_is_foreign(a->ef_state, state_names, *report);
     return static_cast<int>(kExitOk);
   };
 }

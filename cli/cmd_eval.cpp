@@ -43,7 +43,9 @@ RunFn add_eval_command(CLI::App& app) {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
     if ((a->ef || !a->ef_state.empty()) && !a->steps) {
-      return report_error(invalid_argument("--ef and --ef-state need --steps (for one file, use gcz encode --ef-state)"));
+      return report_error(invalid_argument(
+          "--ef and --ef-state need --steps, with the step files in order (one file is a run of one step; gcz "
+          "encode --ef-state carries residuals from one run to the next)"));
     }
     if (!a->ef_state.empty() && !a->ef) {
       return report_error(invalid_argument("--ef-state needs --ef: its residuals are only used to feed back"));

@@ -192,7 +192,7 @@ uint64_t GczWriter::index_entry_bytes(const TensorRecord& record) const {
   return detail::tensor_entry_bytes(record);
 }
 
-Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& metadata) {
+Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& metadata, bool in_place) {
   Impl& w = *impl_;
   if (w.in_tensor || w.finished) return internal_error("finish out of order");
   w.index.metadata = metadata;
@@ -204,9 +204,22 @@ Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& met
   GCZ_RETURN_IF_ERROR(w.write(text.data(), text.size()));
   const auto trailer = detail::encode_trailer(index_offset, text.size(), XXH3_64bits(text.data(), text.size()));
   GCZ_RETURN_IF_ERROR(w.write(trailer.data(), trailer.size()));
-  if (w.file) GCZ_RETURN_IF_ERROR(w.file->commit());
+  if (w.file) GCZ_RETURN_IF_ERROR(in_place ? w.file->commit() : w.file->close());
   w.finished = true;
   return w.pos;
+}
+
+Status GczWriter::commit() {
+  Impl& w = *impl_;
+  if (!w.finished || !w.file) return internal_error("commit out of order");
+  return w.file->commit();
+}
+
+Status GczWriter::commit_together(GczWriter& first, GczWriter& second) {
+  Impl& a = *first.impl_;
+  Impl& b = *second.impl_;
+  if (!a.finished || !b.finished || !a.file || !b.file) return internal_error("commit_together out of order");
+  return detail::AtomicFile::commit_together(*a.file, *b.file);
 }
 
 FileVersion GczWriter::version() const { return impl_->file ? impl_->file->version() : FileVersion{}; }

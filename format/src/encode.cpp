@@ -183,10 +183,17 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       report.tensors.push_back(std::move(*tr));
     }
   }
-  GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(options.metadata));
+  const bool save_state = options.error_feedback && !options.ef_state_path.empty() && !output.empty();
+  GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(options.metadata, /*in_place=*/!save_state));
   report.total = encoder.total().finish(bytes_in, file_bytes);
   report.cumulative = cumulative;
   if (options.error_feedback) options.error_feedback->count_step();
+  if (save_state) {
+    ErrorFeedback& ef = *options.error_feedback;
+    GCZ_ASSIGN_OR_RETURN(auto state, ef.write(options.ef_state_path, options.ef_codec));
+    GCZ_RETURN_IF_ERROR(GczWriter::commit_together(*state, *writer));
+    ef.saved(options.ef_state_path, *state);
+  }
   return report;
 }
 

@@ -59,6 +59,12 @@ ErrorFeedback::Entry* ErrorFeedback::find(const std::string& name) {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> ErrorFeedback::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : entries_) out.push_back(name);
+  return out;
+}
+
 Result<ErrorFeedback> ErrorFeedback::load(const std::string& path) {
   ErrorFeedback ef;
   ef.file_path_ = path;
@@ -106,6 +112,18 @@ Result<ErrorFeedback> ErrorFeedback::load(const std::string& path) {
 }
 
 Status ErrorFeedback::save(const std::string& path, const std::string& residual_spec) {
+  GCZ_ASSIGN_OR_RETURN(auto writer, write(path, residual_spec));
+  GCZ_RETURN_IF_ERROR(writer->commit());
+  saved(path, *writer);
+  return Status::ok();
+}
+
+void ErrorFeedback::saved(const std::string& path, const GczWriter& writer) {
+  file_path_ = path;
+  file_version_ = writer.version();
+}
+
+Result<std::unique_ptr<GczWriter>> ErrorFeedback::write(const std::string& path, const std::string& residual_spec) {
   GCZ_ASSIGN_OR_RETURN(EncodingPlan residual_plan, check_encoding_plan(residual_spec));
   GCZ_ASSIGN_OR_RETURN(EncodingPlan lossless, parse_encoding_plan("none"));
   std::optional<FileVersion> replaces;
@@ -131,10 +149,9 @@ Status ErrorFeedback::save(const std::string& path, const std::string& residual_
       GCZ_RETURN_IF_ERROR(encoder.encode(src, lossless, none).status().with_context(path));
     }
   }
-  GCZ_RETURN_IF_ERROR(writer->finish({{kMetaKey, "1"}, {kStepsKey, std::to_string(steps_)}}).status());
-  file_path_ = path;
-  file_version_ = writer->version();
-  return Status::ok();
+  GCZ_RETURN_IF_ERROR(
+      writer->finish({{kMetaKey, "1"}, {kStepsKey, std::to_string(steps_)}}, /*in_place=*/false).status());
+  return writer;
 }
 
 namespace detail {
@@ -199,10 +216,11 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
   const std::byte* xp = x;
   if (ef.feedback() && old && !old->residual.empty()) {
     if (old->shape != t.shape || old->dtype != w) {
-      return invalid_argument("tensor '" + t.name + "': the error-feedback state holds a residual of shape " +
+      const std::string state = ef.path().empty() ? "the error-feedback state" : "the state " + ef.path();
+      return invalid_argument("tensor '" + t.name + "': " + state + " holds a residual of shape " +
                               shape_to_string(old->shape) + " (" + std::string(dtype_name(old->dtype)) +
                               ") but the input is " + shape_to_string(t.shape) + " (" + std::string(dtype_name(w)) +
-                              "); a residual is not carried across a change of shape or dtype");
+                              "); a residual is not carried across a change of shape or dtype: start a new state file");
     }
     if (w == DType::kFloat64) add<double>(x, old->residual.data(), next.residual.data(), numel);
     else add<float>(x, old->residual.data(), next.residual.data(), numel);

@@ -94,7 +94,13 @@ std::string make_temp_path(const std::string& target) {
   static std::atomic<unsigned> counter{0};
   std::string base = target;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
-  std::string tmp = base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  // A name that exists was left by a process of the same number that was killed (SIGKILL leaves its
+  // temporaries; the signals gcz handles do not): the next number is taken instead.
+  std::string tmp;
+  struct stat st {};
+  do {
+    tmp = base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  } while (::lstat(tmp.c_str(), &st) == 0);
   std::unique_lock<std::mutex> lock(temp_mutex());
   wait_if_stopped(lock);
   temp_paths().insert(tmp);
@@ -168,26 +174,38 @@ int rename_if_unchanged(const std::string& tmp, const std::string& dest, const F
 
 }  // namespace
 
-int rename_temp_path(const std::string& tmp, const std::string& dest, const std::optional<FileVersion>& replaces) {
-  DestLock dest_lock;
-  if (replaces && replaces->exists) lock_dest(dest, dest_lock);
-  // Under the registry's lock: remove_unfinished_outputs never sees a temporary half renamed.
+std::pair<std::size_t, int> rename_temp_paths(const std::vector<TempRename>& renames) {
+  std::vector<DestLock> dest_locks(renames.size());
+  for (std::size_t k = 0; k < renames.size(); ++k) {
+    if (renames[k].replaces && renames[k].replaces->exists) lock_dest(renames[k].dest, dest_locks[k]);
+  }
+  // Under the registry's lock: remove_unfinished_outputs never sees a temporary half renamed, nor
+  // one of the renames done and the next not.
   std::unique_lock<std::mutex> lock(temp_mutex());
   wait_if_stopped(lock);
-  if (!temp_paths().count(tmp)) return ENOENT;  // removed already
-  // A file replaced keeps its permission bits (a state file kept private stays private); set-user-ID,
-  // set-group-ID and sticky bits are not copied, as cp does not.
-  struct stat st {};
-  if (::lstat(dest.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::chmod(tmp.c_str(), st.st_mode & 0777) != 0) {
-    return errno;
+  for (const TempRename& r : renames) {
+    if (!temp_paths().count(r.tmp)) return {0, ENOENT};  // removed already
   }
-  if (replaces) {
-    if (const int err = rename_if_unchanged(tmp, dest, *replaces, dest_lock); err != 0) return err;
-  } else if (::rename(tmp.c_str(), dest.c_str()) != 0) {
-    return errno;
+  for (std::size_t k = 0; k < renames.size(); ++k) {
+    const TempRename& r = renames[k];
+    // A file replaced keeps its permission bits (a state file kept private stays private); set-user-ID,
+    // set-group-ID and sticky bits are not copied, as cp does not.
+    struct stat st {};
+    if (::lstat(r.dest.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::chmod(r.tmp.c_str(), st.st_mode & 0777) != 0) {
+      return {k, errno};
+    }
+    if (r.replaces) {
+      if (const int err = rename_if_unchanged(r.tmp, r.dest, *r.replaces, dest_locks[k]); err != 0) return {k, err};
+    } else if (::rename(r.tmp.c_str(), r.dest.c_str()) != 0) {
+      return {k, errno};
+    }
+    temp_paths().erase(r.tmp);
   }
-  temp_paths().erase(tmp);
-  return 0;
+  return {renames.size(), 0};
+}
+
+int rename_temp_path(const std::string& tmp, const std::string& dest, const std::optional<FileVersion>& replaces) {
+  return rename_temp_paths({{tmp, dest, replaces}}).second;
 }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
@@ -236,19 +254,24 @@ Result<std::unique_ptr<AtomicFile>> AtomicFile::create(const std::string& path, 
   f->path_ = path;
   f->durable_ = durable;
   f->replaces_ = replaces;
-  f->tmp_path_ = make_temp_path(path);
-  f->fd_ = ::open(f->tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (f->fd_ < 0) {
-    const std::string why = errno_text();
+  // Another process may have made the temporary name meanwhile (one of the same number in another
+  // PID namespace, writing to a shared directory): then the next name.
+  for (int attempt = 0;; ++attempt) {
+    f->tmp_path_ = make_temp_path(path);
+    f->fd_ = ::open(f->tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (f->fd_ >= 0) return f;
+    const int err = errno;
     forget_temp_path(f->tmp_path_);
-    f->committed_ = true;  // nothing to remove
-    return io_error(path + ": cannot create: " + why);
+    if (err != EEXIST || attempt == 100) {
+      f->committed_ = true;  // nothing to remove
+      return io_error(path + ": cannot create its temporary file " + f->tmp_path_ + ": " + std::strerror(err));
+    }
   }
-  return f;
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
+  if (kept_ >= 0) ::close(kept_);
   if (!committed_) {
     ::unlink(tmp_path_.c_str());
     forget_temp_path(tmp_path_);
@@ -280,34 +303,56 @@ Status AtomicFile::write_zeros(std::size_t n) {
   return Status::ok();
 }
 
-Status AtomicFile::commit() {
+Status AtomicFile::close() {
+  if (kept_ >= 0) return Status::ok();  // closed already
   // On disk before the rename: after a crash the path holds the old file or the whole new one.
   if (durable_ && ::fsync(fd_) != 0) return io_error(path_ + ": cannot flush to disk: " + errno_text());
   // A second descriptor, to name the file as it is once in place (the rename changes its ctime).
-  const int kept = ::dup(fd_);
-  if (kept < 0) return io_error(path_ + ": cannot duplicate a descriptor: " + errno_text());
+  kept_ = ::dup(fd_);
+  if (kept_ < 0) return io_error(path_ + ": cannot duplicate a descriptor: " + errno_text());
   const int closed = ::close(fd_);
   fd_ = -1;
-  if (closed != 0) {
-    ::close(kept);
-    return io_error(path_ + ": close failed: " + errno_text());
+  if (closed != 0) return io_error(path_ + ": close failed: " + errno_text());
+  return Status::ok();
+}
+
+Status AtomicFile::rename_error(int err) const {
+  if (replaces_ && err == EEXIST) {
+    return io_error(path_ + ": " + (replaces_->exists ? "replaced or removed" : "created") +
+                    " by another process since gcz read or wrote it; not overwritten, so that update is not lost");
   }
-  if (const int err = rename_temp_path(tmp_path_, path_, replaces_); err != 0) {
-    ::close(kept);
-    if (replaces_ && err == EEXIST) {
-      return io_error(path_ + ": " + (replaces_->exists ? "replaced or removed" : "created") +
-                      " by another process since gcz read or wrote it; not overwritten, so that update is not lost");
-    }
-    return io_error(path_ + ": cannot rename into place: " + std::strerror(err));
-  }
+  return io_error(path_ + ": cannot rename into place: " + std::strerror(err));
+}
+
+Status AtomicFile::placed() {
   committed_ = true;
   struct stat st {};
-  const int stat_err = ::fstat(kept, &st) == 0 ? 0 : errno;
-  ::close(kept);
+  const int stat_err = ::fstat(kept_, &st) == 0 ? 0 : errno;
+  ::close(kept_);
+  kept_ = -1;
   if (stat_err != 0) return io_error(path_ + ": cannot stat: " + std::strerror(stat_err));
   version_ = version_of(st);
   if (durable_) sync_parent_directory(path_);
   return Status::ok();
+}
+
+Status AtomicFile::commit() {
+  GCZ_RETURN_IF_ERROR(close());
+  if (const int err = rename_temp_path(tmp_path_, path_, replaces_); err != 0) return rename_error(err);
+  return placed();
+}
+
+Status AtomicFile::commit_together(AtomicFile& first, AtomicFile& second) {
+  GCZ_RETURN_IF_ERROR(first.close());
+  GCZ_RETURN_IF_ERROR(second.close());
+  const auto [done, err] = rename_temp_paths(
+      {{first.tmp_path_, first.path_, first.replaces_}, {second.tmp_path_, second.path_, second.replaces_}});
+  if (done >= 1) GCZ_RETURN_IF_ERROR(first.placed());
+  if (done == 0) return first.rename_error(err);
+  if (done == 1) {
+    return io_error(second.rename_error(err).message() + "; " + first.path_ + " was put in place before it");
+  }
+  return second.placed();
 }
 
 void sync_file(const std::string& path) {
@@ -358,15 +403,27 @@ Status check_output_path(const std::string& path) {
   if (!std::filesystem::is_directory(dir, ec)) {
     return io_error(path + ": the directory " + dir.string() + " does not exist");
   }
+  // The output is created there under a temporary name, then renamed: both need the directory
+  // writable (for this process's effective user), which the encode would otherwise find out at its end.
+  if (::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    return io_error(path + ": cannot write in the directory " + dir.string() + ": " + std::strerror(errno));
+  }
   return Status::ok();
 }
 
-Status check_encode_outputs(const std::string& output, const std::string& ef_state, const std::string& ef_codec) {
+Status check_encode_outputs(const std::vector<std::string>& inputs, const std::string& output,
+                            const std::string& ef_state, const std::string& ef_codec) {
   GCZ_RETURN_IF_ERROR(check_output_path(output).with_context("-o"));
   if (ef_state.empty()) return Status::ok();
   GCZ_RETURN_IF_ERROR(check_output_path(ef_state).with_context("--ef-state"));
   if (detail::same_file(output, ef_state)) {
     return invalid_argument("-o and --ef-state name the same file, " + output + "; the state needs a file of its own");
+  }
+  for (const std::string& input : inputs) {
+    if (detail::same_file(input, ef_state)) {
+      return invalid_argument("--ef-state names an input, " + input +
+                              "; the state is a file of its own, not a gradient");
+    }
   }
   return check_encoding_plan(ef_codec).status().with_context("--ef-codec");
 }

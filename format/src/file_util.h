@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gcz/container.h"
 #include "gcz/status.h"
@@ -58,6 +60,13 @@ Status check_output_file(const std::string& path);
 // longer that version); forget_temp_path forgets one that was removed or never made.
 std::string make_temp_path(const std::string& target);
 int rename_temp_path(const std::string& tmp, const std::string& dest, const std::optional<FileVersion>& replaces = {});
+// rename_temp_path for several, in order, with no removal by remove_unfinished_outputs between them;
+// stops at the first failure. How many were put in place, and the errno of the one that failed.
+struct TempRename {
+  std::string tmp, dest;
+  std::optional<FileVersion> replaces;
+};
+std::pair<std::size_t, int> rename_temp_paths(const std::vector<TempRename>& renames);
 void forget_temp_path(const std::string& tmp);
 
 // fsync of a file written and closed elsewhere (best effort).
@@ -78,15 +87,24 @@ class AtomicFile {
   Status write(const void* data, std::size_t n);  // appends
   Status write_zeros(std::size_t n);
   uint64_t position() const { return pos_; }
+  // Flushes (when durable) and closes the temporary file: what commit() does before its rename.
+  Status close();
   Status commit();
+  // Commits two files, `first` then `second`, with no signal cleanup between the renames: a program
+  // stopped by SIGINT, SIGTERM or SIGHUP leaves both in place or neither. When `first` cannot be
+  // put in place neither is; when `second` cannot, the error says that `first` was.
+  static Status commit_together(AtomicFile& first, AtomicFile& second);
   const FileVersion& version() const { return version_; }  // once committed: the file in place
   const std::string& path() const { return path_; }
 
  private:
   AtomicFile() = default;
+  Status rename_error(int err) const;
+  Status placed();  // after the rename: records the file in place
   std::string path_;
   std::string tmp_path_;
   int fd_ = -1;
+  int kept_ = -1;  // once closed, until in place: a descriptor of the file, to name its version
   uint64_t pos_ = 0;
   bool durable_ = true;
   bool committed_ = false;

@@ -27,6 +27,7 @@ import re
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Dict, List
 
@@ -734,6 +735,107 @@ def test_ef_codec_powersgd_stores_vector_residuals_with_its_fallback(tmp_path):
     codecs = {t["name"]: t["codec"][0]["name"]
               for t in json.loads(gcz("info", tmp_path / "ef.gcz", "--json", check=True).stdout)["tensors"]}
     assert codecs["residual/head.bias"] == "fp16" and "powersgd" in codecs.values(), codecs
+
+
+def test_an_interrupted_step_leaves_its_output_and_the_state_as_they_were(tmp_path):
+    """The step's file and the state are put in place together: a step stopped while the state is
+    being written leaves neither (before, OUTPUT was already in place and the state one step behind)."""
+    import signal
+    import time
+    rng = np.random.default_rng(4)
+    np.save(tmp_path / "g.npy", rng.standard_normal(1 << 24).astype(np.float32))
+    state, out = tmp_path / "ef.gcz", tmp_path / "out.gcz"
+    gcz("encode", tmp_path / "g.npy", "-o", tmp_path / "first.gcz", "-c", "topk", "--ef-state", state, "-q",
+        check=True)
+    before = state.read_bytes()
+    p = subprocess.Popen([str(GCZ), "encode", str(tmp_path / "g.npy"), "-o", str(out), "-c", "topk",
+                          "--ef-state", str(state), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("ef.gcz.tmp-*")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    if p.poll() is not None:
+        pytest.skip("the encode finished before its state was being written")
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    assert p.returncode == -signal.SIGINT, p.stderr.read()
+    assert listing(tmp_path) == ["ef.gcz", "first.gcz", "g.npy"]  # no OUTPUT, no temporary
+    assert state.read_bytes() == before
+
+
+@needs_samples
+def test_a_temporary_left_by_a_killed_process_of_the_same_number_is_passed_over(tmp_path):
+    """SIGKILL leaves its temporaries (NAME.tmp-PID-N); a later gcz given the same process number
+    takes other names rather than failing on them, and leaves the stale files alone."""
+    shutil.copy(SAMPLE, tmp_path / "g.safetensors")
+    script = ('echo junk > out.gcz.tmp-$$-0; echo junk > ef.gcz.tmp-$$-1; '
+              f'exec "{GCZ}" encode g.safetensors -c topk --ef-state ef.gcz -o out.gcz -q')
+    r = subprocess.run(["sh", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    stale = sorted(p.name for p in tmp_path.glob("*.tmp-*"))
+    assert len(stale) == 2 and all((tmp_path / n).read_text() == "junk\n" for n in stale), stale
+    gcz("verify", tmp_path / "out.gcz", tmp_path / "ef.gcz", check=True)
+
+
+@needs_samples
+def test_a_state_directory_gcz_cannot_write_in_is_refused_before_encoding(tmp_path):
+    """Checked up front, like OUTPUT's directory: before, the step was encoded and OUTPUT written,
+    and only the state's rename failed, at every step."""
+    work = Path(tempfile.mkdtemp(prefix="gcz-ro-"))  # outside tmp_path, whose parents may be private
+    try:
+        work.chmod(0o777)
+        src = work / "g.safetensors"
+        shutil.copy(SAMPLE, src)
+        src.chmod(0o644)
+        (work / "ro").mkdir(mode=0o555)
+        (work / "ro").chmod(0o555)
+        cmd = [str(GCZ), "encode", str(src), "-c", "topk", "--ef-state", str(work / "ro" / "ef.gcz"),
+               "-o", str(work / "out.gcz"), "-q"]
+        if os.geteuid() == 0:  # root writes anywhere: run as nobody
+            if shutil.which("setpriv") is None:
+                pytest.skip("running as root and setpriv (util-linux) is missing to drop to another user")
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert r.returncode == EXIT_IO, r.stderr
+        assert "--ef-state: " + str(work / "ro" / "ef.gcz") + ": cannot write in the directory" in error_line(r)
+        assert sorted(p.name for p in work.iterdir()) == ["g.safetensors", "ro"]  # OUTPUT not written
+    finally:
+        (work / "ro").chmod(0o755)
+        shutil.rmtree(work)
+
+
+@needs_samples
+def test_state_mistakes_are_caught_and_named(tmp_path):
+    src = tmp_path / "g.safetensors"
+    shutil.copy(SAMPLE, src)
+    # The state named as the input (a raw file would even be read as both).
+    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-state", src, "-q")
+    assert r.returncode == EXIT_USAGE and "--ef-state names an input" in error_line(r), r.stderr
+    # A state that is not one: the error says which option gave it.
+    (tmp_path / "bad.gcz").write_bytes(b"not a gcz file at all, just some bytes" * 4)
+    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-state", tmp_path / "bad.gcz", "-q")
+    assert r.returncode == EXIT_BAD_INPUT and error_line(r).startswith(f"gcz: error: --ef-state: {tmp_path}/bad.gcz")
+    assert listing(tmp_path) == ["bad.gcz", "g.safetensors"]
+    # --ef-codec without a state has nothing to apply to.
+    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-codec", "fp16", "-q", check=True)
+    assert "gcz: note: --ef-codec applies to the --ef-state file, and none is given" in r.stderr.splitlines()
+    # A state that shares no tensor name with the step is used, with a warning.
+    np.save(tmp_path / "other.npy", np.ones(10, np.float32))
+    gcz("encode", src, "-o", tmp_path / "o.gcz", "-c", "fp16", "--ef-state", tmp_path / "ef.gcz", "-q", check=True)
+    r = gcz("encode", tmp_path / "other.npy", "-o", tmp_path / "o2.gcz", "-c", "fp16", "--ef-state",
+            tmp_path / "ef.gcz", "-q", check=True)
+    assert [ln for ln in r.stderr.splitlines() if "share no tensor name" in ln] == [
+        f"gcz: warning: --ef-state {tmp_path}/ef.gcz: its 22 residuals share no tensor name with this step's input "
+        "(the state of another model or run?): every tensor started from zero, and the state now holds both"]
+    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "-c", "fp16", "--ef-state", tmp_path / "ef.gcz", "-q",
+            check=True)
+    assert "share no tensor name" not in r.stderr
+    # A tensor whose shape changed: the error names the state, and says what to do.
+    np.save(tmp_path / "other.npy", np.ones(12, np.float32))
+    r = gcz("encode", tmp_path / "other.npy", "-o", tmp_path / "o3.gcz", "--ef-state", tmp_path / "ef.gcz", "-q")
+    assert r.returncode == EXIT_USAGE and not (tmp_path / "o3.gcz").exists()
+    line = error_line(r)
+    assert f"tensor 'other': the state {tmp_path}/ef.gcz holds a residual of shape [10]" in line, line
+    assert "start a new state file" in line, line
 
 
 @needs_samples

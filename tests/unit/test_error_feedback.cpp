@@ -381,6 +381,56 @@ TEST(ErrorFeedback, SaveRefusesToLoseAnotherRunsUpdate) {
   EXPECT_TRUE(b->save((d / "other.gcz").string()));
 }
 
+// encode_files with ef_state_path writes the step's file and the state, and puts both in place or
+// neither: where another run updated the state meanwhile, the step's file is not written either (it
+// was encoded from a state that is no longer the file's), and no temporary is left.
+TEST(ErrorFeedback, StepFileAndStateArePutInPlaceTogether) {
+  const fs::path d = temp_dir("together");
+  const std::string state = (d / "ef.gcz").string(), out = (d / "out.gcz").string();
+  const std::string step = write_step(d, 0).string();
+  auto options = [&](ErrorFeedback& ef) {
+    EncodeOptions o;
+    o.spec = "topk:ratio=0.25";
+    o.error_feedback = &ef;
+    o.ef_state_path = state;
+    return o;
+  };
+  auto listing = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  auto a = ErrorFeedback::load(state), b = ErrorFeedback::load(state);
+  ASSERT_TRUE(a && b);
+  auto r = encode_files({step}, out, options(*a));
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(listing(), (std::vector<std::string>{"ef.gcz", "out.gcz", "step_0.safetensors"}));
+  auto saved = ErrorFeedback::load(state);
+  ASSERT_TRUE(saved);
+  EXPECT_EQ(saved->steps(), 1u);
+  ASSERT_TRUE(saved->find("w") != nullptr);
+  EXPECT_EQ(saved->find("w")->residual.size(), 32u * 16u * 4u);
+
+  // b read no state; a has created one since: b's step is refused whole.
+  fs::remove(out);
+  const std::string before = file_bytes(state);
+  auto refused = encode_files({step}, out, options(*b));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), StatusCode::kIoError);
+  EXPECT_NE(refused.status().message().find(state + ": created by another process"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(file_bytes(state), before);
+  EXPECT_EQ(listing(), (std::vector<std::string>{"ef.gcz", "step_0.safetensors"}));  // no out.gcz, no temporary
+
+  // a wrote the state it now holds: its next step replaces both.
+  ASSERT_TRUE(encode_files({step}, out, options(*a)));
+  auto second = ErrorFeedback::load(state);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->steps(), 2u);
+  EXPECT_EQ(listing(), (std::vector<std::string>{"ef.gcz", "out.gcz", "step_0.safetensors"}));
+}
+
 TEST(ErrorFeedback, StepsAreCountedSavedAndSeedEachStep) {
   const fs::path d = temp_dir("steps");
   const fs::path state = d / "ef.gcz";

@@ -107,9 +107,17 @@ class GczWriter {
   Result<const TensorRecord*> end_tensor();
   // Records metrics for the tensor last completed (written into the index as informative data).
   void attach_metrics(const Metrics& metrics);
-  // Writes the index and trailer and renames the file into place. Returns the file size.
-  Result<uint64_t> finish(const std::map<std::string, std::string>& metadata);
-  // Once finish() succeeded: the file it put in place, as FileVersion::of would name it then.
+  // Writes the index and trailer and renames the file into place. Returns the file size. With
+  // `in_place` false the file is complete (and flushed to disk) but left under its temporary name,
+  // for commit_together.
+  Result<uint64_t> finish(const std::map<std::string, std::string>& metadata, bool in_place = true);
+  // Puts a file finished with `in_place` false in place.
+  Status commit();
+  // Puts two files finished with `in_place` false in place, `first` then `second`, with no signal
+  // cleanup between them: a gcz stopped by SIGINT, SIGTERM or SIGHUP leaves both or neither. When
+  // `first` cannot be put in place (for `replaces`: another process changed it), neither is.
+  static Status commit_together(GczWriter& first, GczWriter& second);
+  // Once the file is in place: the file, as FileVersion::of would name it then.
   FileVersion version() const;
 
   // Bytes the current tensor's index entry takes (without metrics), for the report.

@@ -6,7 +6,10 @@
 //   auto ef = gcz::ErrorFeedback::load("state.gcz");        // a missing file is an empty state
 //   opt.error_feedback = &*ef;
 //   gcz::encode_files({"step_0042.safetensors"}, "step_0042.gcz", opt);
-//   ef->save("state.gcz", "none");                          // atomically, after the step's file
+//   ef->save("state.gcz", "none");                          // atomically
+//
+// (gcz encode sets EncodeOptions::ef_state_path instead: the state and the step's file are then put
+// in place together.)
 //
 // In the state file, tensor NAME's residual is the tensor "residual/NAME" (float32, or float64 for
 // float64 gradients) and its codec state "state/NAME" (float32); the file's metadata has
@@ -17,6 +20,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +54,11 @@ class ErrorFeedback {
   // there was none, creates the file only if none has appeared): when another process has updated
   // the state meanwhile, it fails with kIoError and leaves that update in place, rather than lose it.
   Status save(const std::string& path, const std::string& residual_spec = "none");
+  // save() in two steps, to put the state in place together with the step's file
+  // (GczWriter::commit_together, as encode_files does): write() leaves the file complete under its
+  // temporary name; saved() records it once it is in place.
+  Result<std::unique_ptr<GczWriter>> write(const std::string& path, const std::string& residual_spec = "none");
+  void saved(const std::string& path, const GczWriter& writer);
 
   // Keep the running sums of x and x̂ so reports can say how far Σx̂ is from Σx (gcz eval --steps).
   void set_track_sums(bool on) { track_sums_ = on; }
@@ -64,9 +73,12 @@ class ErrorFeedback {
   Entry* find(const std::string& name);
   void put(const std::string& name, Entry entry) { entries_[name] = std::move(entry); }
   std::size_t size() const { return entries_.size(); }
+  std::vector<std::string> names() const;  // of the tensors held, in byte order
   // Steps encoded with this state so far (saved in the file as gcz.ef_steps): encode_files encodes
   // step s with seed + s, then counts it.
   uint64_t steps() const { return steps_; }
+  // The path the state was last loaded from or saved to (empty for one made in memory).
+  const std::string& path() const { return file_path_; }
   void count_step() { ++steps_; }
 
  private:

@@ -74,6 +74,12 @@ struct EncodeOptions {
   // the state counts the step. Tensors are then encoded as float32 (float64 stays float64), whole, in
   // memory.
   ErrorFeedback* error_feedback = nullptr;
+  // With error_feedback and an output: the state file to save it to after the step (empty: not saved)
+  // and the residuals' codec. The state is written after the output, and the two are put in place
+  // together (GczWriter::commit_together), the state first: where another process has updated the
+  // state meanwhile, neither is; a run stopped by SIGINT, SIGTERM or SIGHUP leaves both or neither.
+  std::string ef_state_path;
+  std::string ef_codec = "none";
 };
 
 // With error feedback and tracked sums: how far the sum of decoded steps is from the sum of true
@@ -134,17 +140,17 @@ Status check_tensor_data(const GczReader& reader, std::size_t index);
 // Decodes tensor `index` of an open file into memory: its elements in its dtype, C order.
 Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, DeviceRequest device = DeviceRequest::kCpu);
 
-// Checks, before any work, that `path` can take an output file: not empty, in an existing directory,
-// and not an existing directory, symbolic link, device or pipe (an output is written to a temporary
-// file and renamed over a regular file only).
+// Checks, before any work, that `path` can take an output file: not empty, in an existing directory
+// that this process may write in, and not an existing directory, symbolic link, device or pipe (an
+// output is written to a temporary file and renamed over a regular file only).
 Status check_output_path(const std::string& path);
 
-// What gcz encode checks before any work, so that a mistake does not cost a whole encode (nor leave
-// OUTPUT written with the state not updated): OUTPUT and, with error feedback, the state file pass
-// check_output_path and are not one file, and the residual codec spec passes check_encoding_plan.
-// Messages name the options (-o, --ef-state, --ef-codec).
-Status check_encode_outputs(const std::string& output, const std::string& ef_state = "",
-                            const std::string& ef_codec = "none");
+// What gcz encode checks before any work, so that a mistake does not cost a whole encode: OUTPUT and,
+// with error feedback, the state file pass check_output_path and are not one file, the state is not
+// one of `inputs` either, and the residual codec spec passes check_encoding_plan. Messages name the
+// options (-o, --ef-state, --ef-codec).
+Status check_encode_outputs(const std::vector<std::string>& inputs, const std::string& output,
+                            const std::string& ef_state = "", const std::string& ef_codec = "none");
 
 // Removes the temporary files and directories of outputs that are being written and not yet in place:
 // for a program stopped by a signal (the gcz CLI calls it on SIGINT, SIGTERM and SIGHUP), so that no
