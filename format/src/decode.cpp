@@ -44,9 +44,13 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
     cursors.push_back(std::move(c));
   }
   GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
-  const uint64_t unit = codec.chunk_unit();
-  const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1)
-                                   : std::max(unit, (uint64_t{1} << 24) / unit * unit);
+  // A whole-tensor codec that streams (Codec::streaming_unit) decodes a tensor of more than one chunk
+  // in chunks, its tensor-wide streams read once and handed to every chunk.
+  constexpr uint64_t kChunkElements = uint64_t{1} << 24;
+  uint64_t unit = codec.chunk_unit();
+  if (const uint64_t s = codec.streaming_unit(); s != 0 && numel > std::max(s, kChunkElements / s * s)) unit = s;
+  const bool whole = unit == 0;
+  const uint64_t chunk = whole ? std::max<uint64_t>(numel, 1) : std::max(unit, kChunkElements / unit * unit);
   const std::size_t esize = dtype_size(t.dtype);
   // A whole-tensor codec decodes the tensor at once: a file can claim more than the machine holds.
   const uint64_t at_once = std::min(chunk, numel) * esize, memory = detail::physical_memory_bytes();
@@ -62,9 +66,13 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
     const uint64_t count = std::min(chunk, numel - first);
     std::vector<ByteSpan> spans;
     for (std::size_t s = 0; s < in.size(); ++s) {
+      if (first != 0 && codec.tensor_wide(s)) {  // read with the first chunk
+        spans.emplace_back(in[s].data(), in[s].size());
+        continue;
+      }
       // A whole-tensor codec's streams are read whole (their size may depend on the data).
-      GCZ_ASSIGN_OR_RETURN(uint64_t n, unit == 0 ? Result<uint64_t>(rec.streams[s].size)
-                                                 : codec.stream_size(t, s, first, count));
+      GCZ_ASSIGN_OR_RETURN(uint64_t n,
+                           whole ? Result<uint64_t>(rec.streams[s].size) : codec.stream_size(t, s, first, count));
       in[s].resize(n);
       GCZ_RETURN_IF_ERROR(cursors[s]->read(in[s].data(), n));
       spans.emplace_back(in[s].data(), n);

@@ -43,18 +43,42 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
   // Chunks are whole codec units. Thread pieces after the first start at multiples of L, whole units
   // and whole metric blocks, so their metrics can be appended in order. A whole-tensor codec takes
   // the threads inside its one call instead; its metrics are then measured in pieces on the threads.
-  const uint64_t unit = codec.chunk_unit();
-  const uint64_t L = unit == 0 ? 0 : std::lcm(unit, MetricsAccumulator::kBlock);
+  // One that streams (Codec::streaming_unit) takes a tensor of more than one chunk in chunks, after a
+  // first pass over it (prepare), and its threads inside each; its chunks are whole metric blocks,
+  // so that those threads' metrics append in order as they do for the whole tensor.
+  const bool whole = codec.chunk_unit() == 0;
+  uint64_t unit = codec.chunk_unit();
+  if (const uint64_t s = codec.streaming_unit(); s != 0) {
+    const uint64_t u = std::lcm(s, MetricsAccumulator::kBlock);
+    if (numel > std::max(u, chunk_elements_ / u * u)) unit = u;
+  }
+  const uint64_t L = whole ? 0 : std::lcm(unit, MetricsAccumulator::kBlock);
   const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1) : std::max(unit, chunk_elements_ / unit * unit);
-  const unsigned threads = unit == 0 ? 1u : threads_;
-  if (unit == 0) codec.set_threads(threads_);
+  const unsigned threads = whole ? 1u : threads_;
+  if (whole) codec.set_threads(threads_);
+  const std::size_t esize = dtype_size(t.dtype);
+  if (whole && unit != 0) {
+    const uint64_t p = codec.prepare_unit();
+    const uint64_t slice = std::max(p, chunk_elements_ / p * p);
+    for (uint64_t first = 0; first < numel; first += slice) {
+      const uint64_t count = std::min(slice, numel - first);
+      const std::byte* x = src.view(first, count);
+      if (x == nullptr) {
+        in_.resize(count * esize);
+        GCZ_RETURN_IF_ERROR(src.read(first, count, in_.data()));
+        x = in_.data();
+      }
+      GCZ_RETURN_IF_ERROR(codec.prepare(t, x, first, count).with_context(where));
+      src.release(first + count);
+    }
+  }
+  wide_.assign(rec.streams.size(), {});
   std::vector<std::unique_ptr<Codec>> extra;  // one codec per extra thread
   for (unsigned k = 1; k < threads; ++k) {
     GCZ_ASSIGN_OR_RETURN(auto c, make_codec(plan.codec.name, plan.codec.params, backend_));
     c->set_context(codec.context());
     extra.push_back(std::move(c));
   }
-  const std::size_t esize = dtype_size(t.dtype);
   xhat_.resize(std::min(chunk, numel) * esize);
   const std::size_t nstreams = rec.streams.size();
   std::vector<std::vector<ByteBuffer>> outs(threads, std::vector<ByteBuffer>(nstreams));
@@ -119,8 +143,14 @@ Status TensorEncoder::encode_piece(Codec& codec, const TensorInfo& t, const std:
   const std::byte* x = chunk + (first - chunk_first) * esize;
   std::byte* xhat = xhat_.data() + (first - chunk_first) * esize;
   GCZ_RETURN_IF_ERROR(codec.encode(t, x, first, count, out));
-  // Decode what was just encoded, to measure what it lost.
+  // Decode what was just encoded, to measure what it lost. A tensor-wide stream, written with the
+  // first chunk, is decoded with every chunk.
   std::vector<ByteSpan> spans(out.begin(), out.end());
+  for (std::size_t s = 0; s < spans.size(); ++s) {
+    if (!codec.tensor_wide(s) || count == *t.numel()) continue;
+    if (first == 0) wide_[s] = out[s];
+    spans[s] = wide_[s];
+  }
   GCZ_RETURN_IF_ERROR(codec.decode(t, spans, first, count, xhat));
   const std::byte* ref = reference ? reference + first * esize : x;
   const unsigned parts = codec.chunk_unit() == 0 ? parts_for(threads_, count, MetricsAccumulator::kBlock) : 1u;

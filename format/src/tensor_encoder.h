@@ -66,6 +66,7 @@ class TensorEncoder {
   uint64_t chunk_elements_;
   unsigned threads_;
   ScratchBuffer in_, xhat_;  // a chunk read from a source that has no view of it; its decoded values
+  std::vector<ByteBuffer> wide_;  // a streamed codec's tensor-wide streams, from its first chunk
   MetricsAccumulator total_;
 };
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 
@@ -13,6 +15,7 @@
 #include "codecs/terngrad_span.h"
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
+#include "gcz/container.h"
 #include "gcz/convert.h"
 #include "gcz/detail/philox.h"
 #include "gcz/detail/terngrad_math.h"
@@ -637,6 +640,82 @@ TEST(TernGrad, RoundTripThroughFiles) {
     ASSERT_TRUE((*src)->read(0, x.size(), y.data()));
     auto c = make(specs[i], 9, tensor_key(i == 0 ? "w" : "b"));
     EXPECT_EQ(y, decode(*c, f32(x.size()), encode(*c, f32(x.size()), x.data(), 0, x.size()), 0, x.size())) << i;
+  }
+}
+
+// A tensor scale streams: a tensor of more than one chunk (2^24 elements) is gathered in slices
+// (prepare), then encoded and decoded chunk by chunk with the scale written and read once. The file,
+// metrics included, is byte for byte the one a single whole-tensor call writes, for any thread
+// count, with the first finite element (the moments' shift) in the second slice, with non-finite
+// elements, and from float64; and decoding gives what a whole-tensor decode gives.
+TEST(TernGrad, StreamedTensorScaleWritesAndReadsTheWholeTensorsBytes) {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::path(::testing::TempDir()) / "gcz_terngrad_streamed";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  // Two chunks, the second of several metric blocks; two prepare slices, the second of two super-blocks.
+  const uint64_t n = (uint64_t{1} << 24) + 300001;
+  std::vector<float> late = gaussian(n, 5);
+  std::fill(late.begin(), late.begin() + (uint64_t{1} << 24) + 5, std::numeric_limits<float>::quiet_NaN());
+  std::vector<double> wide(n);
+  {
+    const std::vector<float> g = gaussian(n, 6, 1e-3f);
+    convert_elements(DType::kFloat32, g.data(), DType::kFloat64, wide.data(), n);
+    wide[400000] = -std::numeric_limits<double>::infinity();
+  }
+  {
+    auto out = create_tensor_file((d / "in.safetensors").string(),
+                                  {{"late", DType::kFloat32, {n}}, {"wide", DType::kFloat64, {n}}}, {});
+    ASSERT_TRUE(out) << out.status().message();
+    const void* data[] = {late.data(), wide.data()};
+    for (std::size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE((*out)->begin(i));
+      ASSERT_TRUE((*out)->write(data[i], n));
+      ASSERT_TRUE((*out)->end());
+    }
+    ASSERT_TRUE((*out)->finish());
+  }
+  auto bytes = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::pair<const char*, std::vector<unsigned>> runs[] = {
+      {"terngrad", {1, 2, 3}}, {"terngrad:rounding=deterministic,packing=2bit,clip=0", {2}}};
+  for (const auto& [spec, thread_counts] : runs) {
+    EncodeOptions o;
+    o.spec = spec;
+    o.device = DeviceRequest::kCpu;
+    o.seed = 11;
+    o.chunk_elements = uint64_t{1} << 26;  // one chunk: the whole tensor in one call
+    ASSERT_TRUE(encode_files({(d / "in.safetensors").string()}, (d / "whole.gcz").string(), o));
+    o.chunk_elements = uint64_t{1} << 24;
+    for (unsigned threads : thread_counts) {
+      o.threads = threads;
+      ASSERT_TRUE(encode_files({(d / "in.safetensors").string()}, (d / "streamed.gcz").string(), o));
+      EXPECT_EQ(bytes(d / "streamed.gcz"), bytes(d / "whole.gcz")) << spec << ", " << threads << " threads";
+    }
+  }
+  // Decoded in chunks, against one whole-tensor decode of the same streams.
+  auto reader = GczReader::open((d / "streamed.gcz").string());
+  ASSERT_TRUE(reader);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const TensorInfo& t = (*reader)->index().tensors[i].info;
+    auto decoded = decode_tensor(**reader, i, DeviceRequest::kCpu);
+    ASSERT_TRUE(decoded) << decoded.status().message();
+    std::vector<ByteBuffer> streams(2);
+    std::vector<ByteSpan> spans;
+    for (std::size_t s = 0; s < 2; ++s) {
+      auto cursor = (*reader)->open_stream(i, s);
+      ASSERT_TRUE(cursor);
+      streams[s].resize((*reader)->index().tensors[i].streams[s].size);
+      ASSERT_TRUE((*cursor)->read(streams[s].data(), streams[s].size()));
+      spans.emplace_back(streams[s]);
+    }
+    auto c = make("terngrad:rounding=deterministic,packing=2bit,clip=0", 11, tensor_key(t.name));
+    ByteBuffer want(n * dtype_size(t.dtype));
+    ASSERT_TRUE(c->decode(t, spans, 0, n, want.data()));
+    ASSERT_EQ(decoded->size(), want.size());
+    EXPECT_EQ(std::memcmp(decoded->data(), want.data(), want.size()), 0) << t.name;
   }
 }
 

@@ -128,6 +128,28 @@ class Codec {
   // and count a multiple of it except at the end of the tensor. 0 means the whole tensor at once.
   virtual uint64_t chunk_unit() const = 0;
 
+  // Streaming a whole-tensor codec. One whose chunks depend on the whole tensor only through a little
+  // it can gather first (TernGrad's tensor scale, from the moments of every element) may also take the
+  // tensor in chunks, so that neither side holds it whole. Then:
+  //  - streaming_unit() is the chunk unit for that (0: the codec cannot);
+  //  - before encoding, the caller hands prepare() the whole tensor in order, in slices whose counts
+  //    are multiples of prepare_unit() except the last; encode() then takes chunks of fewer than all
+  //    elements on this one codec object, which splits each over its threads (set_threads);
+  //  - a tensor_wide() stream belongs to the tensor, not to a chunk: stream_size() gives its whole
+  //    size for any range, encode() writes it with the chunk at first = 0 only, and decode() gets all
+  //    of it with every chunk.
+  // One encode() or decode() call on the whole tensor needs none of this, and makes the same bytes.
+  virtual uint64_t streaming_unit() const { return 0; }
+  virtual uint64_t prepare_unit() const { return 1; }
+  virtual Status prepare(const TensorInfo& t, const void* src, uint64_t first, uint64_t count) {
+    (void)t, (void)src, (void)first, (void)count;
+    return Status::ok();
+  }
+  virtual bool tensor_wide(std::size_t stream) const {
+    (void)stream;
+    return false;
+  }
+
   // Bytes stream `stream` (an index into stream_names) holds for elements [first, first + count).
   virtual Result<uint64_t> stream_size(const TensorInfo& t, std::size_t stream, uint64_t first,
                                        uint64_t count) const = 0;

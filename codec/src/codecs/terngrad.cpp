@@ -102,39 +102,66 @@ unsigned TernGradCodec::parts(uint64_t count) const {
 // over all the blocks: the largest power of two below any block count above a super-block is a
 // whole number of super-blocks, so every split of the tree falls between super-blocks. Threads then
 // take super-blocks without changing a bit.
-TernGradCodec::TensorScale TernGradCodec::tensor_scale(const TensorInfo& t, const void* src, uint64_t count,
-                                                       unsigned parts) {
-  TernGradMoments total;
-  for (uint64_t a = 0; a < count && !total.has_shift; a += kMomentSpan) {
+//
+// Gathered in slices (prepare), the same: the shift is the first finite element's wherever it lies
+// (a super-block before it holds no finite element, so no sum depends on it), and the super-blocks'
+// totals are kept in order until the last.
+void TernGradCodec::gather(const TensorInfo& t, const void* src, uint64_t first, uint64_t count, unsigned parts,
+                           Gathered& g) {
+  for (uint64_t a = 0; a < count && !g.shift.has_shift; a += kMomentSpan) {
     const uint64_t len = std::min(kMomentSpan, count - a);
-    terngrad_find_shift(span_values(t, src, a, len, scratch_[0].x), len, total);
+    terngrad_find_shift(span_values(t, src, a, len, scratch_[0].x), len, g.shift);
   }
-  struct Sums {
-    double s1, s2;
-    uint64_t finite;
-    int32_t max_bits;
-  };
-  const uint64_t supers = ceil_div(count, kSuperBlock);
-  std::vector<Sums> sums(supers);
+  const uint64_t supers = ceil_div(count, kSuperBlock), b0 = first / kSuperBlock;
+  g.sums.resize(b0 + supers);
   run_pieces(std::min<uint64_t>(parts, supers), supers, 1, [&](unsigned k, uint64_t begin, uint64_t end) {
     for (uint64_t b = begin; b < end; ++b) {
       TernGradMoments m;
-      m.shift = total.shift;
-      m.has_shift = total.has_shift;
+      m.shift = g.shift.shift;
+      m.has_shift = g.shift.has_shift;
       for (uint64_t a = b * kSuperBlock; a < std::min(count, (b + 1) * kSuperBlock); a += kMomentSpan) {
         const uint64_t len = std::min(kMomentSpan, count - a);
         terngrad_add_moments(span_values(t, src, a, len, scratch_[k].x), len, m);
       }
-      sums[b] = {m.s1.total(), m.s2.total(), m.finite, m.max_bits};
+      g.sums[b0 + b] = {m.s1.total(), m.s2.total(), m.finite, m.max_bits};
     }
   });
-  for (const Sums& b : sums) {
+  g.next = first + count;
+}
+
+TernGradCodec::TensorScale TernGradCodec::scale_of(const Gathered& g, uint64_t numel) const {
+  TernGradMoments total = g.shift;
+  for (const SuperBlockSums& b : g.sums) {
     total.s1.add(b.s1);
     total.s2.add(b.s2);
     total.finite += b.finite;
     total.max_bits = std::max(total.max_bits, b.max_bits);
   }
-  return {total.scale(o_.clip), total.finite == count};
+  return {total.scale(o_.clip), total.finite == numel};
+}
+
+TernGradCodec::TensorScale TernGradCodec::tensor_scale(const TensorInfo& t, const void* src, uint64_t count,
+                                                       unsigned parts) {
+  Gathered g;
+  gather(t, src, 0, count, parts, g);
+  return scale_of(g, count);
+}
+
+uint64_t TernGradCodec::prepare_unit() const { return kSuperBlock; }
+
+Status TernGradCodec::prepare(const TensorInfo& t, const void* src, uint64_t first, uint64_t count) {
+  if (o_.group_scale) return Status::ok();
+  GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
+  if (first == 0) {
+    gathered_ = {};
+    streamed_.reset();
+  }
+  if (first != gathered_.next || first % kSuperBlock != 0 || first + count > numel) {
+    return internal_error("codec 'terngrad': prepare() out of order");
+  }
+  scratch_.resize(std::max<std::size_t>(scratch_.size(), parts(count)));
+  gather(t, src, first, count, parts(count), gathered_);
+  return Status::ok();
 }
 
 void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t first, uint64_t a, uint64_t b,
@@ -167,11 +194,16 @@ void TernGradCodec::encode_spans(const TensorInfo& t, const void* src, uint64_t 
 Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t first, uint64_t count,
                              std::vector<ByteBuffer>& out) {
   if (out.size() != 2) return internal_error("codec 'terngrad' expects two output streams");
-  if (unit_ == 0 ? first != 0 : first % unit_ != 0) {
-    return internal_error("codec 'terngrad': chunk does not start at a chunk unit");
-  }
+  GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
+  // A tensor scale takes the whole tensor, or chunks of whole spans once prepare() has seen all of it.
+  const bool streamed = !o_.group_scale && count < numel;
+  const bool aligned = o_.group_scale ? first % unit_ == 0
+                       : streamed     ? first % span_ == 0 && gathered_.next == numel
+                                      : first == 0;
+  if (!aligned) return internal_error("codec 'terngrad': chunk does not start at a chunk unit, or was not prepared");
   GCZ_ASSIGN_OR_RETURN(uint64_t trit_bytes, stream_size(t, 0, first, count));
   GCZ_ASSIGN_OR_RETURN(uint64_t scale_bytes, stream_size(t, 1, first, count));
+  if (streamed && first != 0) scale_bytes = 0;  // the tensor-wide scale goes with the first chunk
   const std::size_t trit_old = out[0].size(), scale_old = out[1].size();
   out[0].resize(trit_old + trit_bytes);
   out[1].resize(scale_old + scale_bytes);
@@ -179,8 +211,13 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
   scratch_.resize(std::max<std::size_t>(scratch_.size(), n));
   TensorScale whole;
   if (!o_.group_scale && count > 0) {
-    whole = tensor_scale(t, src, count, n);
-    std::memcpy(out[1].data() + scale_old, &whole.s, 4);
+    if (streamed) {
+      if (!streamed_) streamed_ = scale_of(gathered_, numel);
+      whole = *streamed_;
+    } else {
+      whole = tensor_scale(t, src, count, n);
+    }
+    if (scale_bytes != 0) std::memcpy(out[1].data() + scale_old, &whole.s, 4);
   }
   run_pieces(n, count, kSpansPerPiece * span_, [&](unsigned k, uint64_t a, uint64_t b) {
     encode_spans(t, src, first, a, b, whole, out[0].data() + trit_old, out[1].data() + scale_old, scratch_[k]);
@@ -223,7 +260,8 @@ Status TernGradCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& i
   if (in.size() != 2 || in[0].size() != trit_bytes || in[1].size() != scale_bytes) {
     return format_error("codec 'terngrad': streams have the wrong size for its shape");
   }
-  if (unit_ == 0 ? first != 0 : first % unit_ != 0) {
+  // A tensor scale decodes any whole spans (the scale is tensor-wide); a group scale, whole units.
+  if (first % (unit_ ? unit_ : span_) != 0) {
     return internal_error("codec 'terngrad': chunk does not start at a chunk unit");
   }
   const unsigned n = parts(count);

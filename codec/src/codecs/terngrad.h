@@ -8,7 +8,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <vector>
 
+#include "codecs/terngrad_span.h"
 #include "gcz/codec.h"
 
 namespace gcz {
@@ -38,6 +41,12 @@ class TernGradCodec : public Codec {
   Params params() const override;
   std::vector<std::string> stream_names(const TensorInfo&) const override { return {"trits", "scales"}; }
   uint64_t chunk_unit() const override { return unit_; }
+  // A tensor scale streams: the moments are gathered by prepare(), in super-blocks of the summation
+  // order, and the chunks are whole spans; the scale is the tensor-wide stream.
+  uint64_t streaming_unit() const override { return o_.group_scale ? 0 : span_; }
+  uint64_t prepare_unit() const override;
+  Status prepare(const TensorInfo& t, const void* src, uint64_t first, uint64_t count) override;
+  bool tensor_wide(std::size_t stream) const override { return !o_.group_scale && stream == 1; }
   Result<uint64_t> stream_size(const TensorInfo& t, std::size_t stream, uint64_t first,
                                uint64_t count) const override;
   Status encode(const TensorInfo& t, const void* src, uint64_t first, uint64_t count,
@@ -60,6 +69,23 @@ class TernGradCodec : public Codec {
     float s = 0.0f;
     bool finite = true;
   };
+  // The moments of a tensor scale gathered so far: the shift K (from the first finite element), and
+  // the totals of each super-block of the summation order, in order.
+  struct SuperBlockSums {
+    double s1, s2;
+    uint64_t finite;
+    int32_t max_bits;
+  };
+  struct Gathered {
+    TernGradMoments shift;
+    std::vector<SuperBlockSums> sums;
+    uint64_t next = 0;  // elements gathered
+  };
+  // Adds elements [first, first + count) at src to `g`, in `parts` parts: first is a multiple of
+  // kSuperBlock, and so is count unless it reaches the end of the tensor.
+  void gather(const TensorInfo& t, const void* src, uint64_t first, uint64_t count, unsigned parts, Gathered& g);
+  // The scale from all of a tensor's moments.
+  TensorScale scale_of(const Gathered& g, uint64_t numel) const;
   // The whole tensor's scale from its moments, computed in `parts` parts.
   TensorScale tensor_scale(const TensorInfo& t, const void* src, uint64_t count, unsigned parts);
   // Encodes elements [a, b) of the chunk at src (a a multiple of span_) into the chunk's streams.
@@ -76,6 +102,8 @@ class TernGradCodec : public Codec {
   uint64_t span_;  // elements per span: a multiple of the unit, or kSpanTarget for a tensor scale
   uint64_t piece_; // elements per scale within a span: group, or span_ for a tensor scale
   std::vector<Scratch> scratch_;  // one per part
+  Gathered gathered_;             // prepare()'s moments, for a tensor encoded in chunks
+  std::optional<TensorScale> streamed_;  // their scale, once the first chunk needed it
 };
 
 }  // namespace detail
