@@ -16,7 +16,7 @@ namespace gcz {
 namespace {
 
 // Element types as stored: float16 and bfloat16 are their 16-bit patterns. ExactF64 is a float64
-// widened on the bits (f32_to_f64), for a process whose FPU reads subnormals as zero.
+// widened on the bits (f32_to_f64), for a process whose FPU reads subnormals as zero or traps.
 struct F16 { uint16_t bits; };
 struct BF16 { uint16_t bits; };
 struct ExactF64 { double value; };
@@ -42,35 +42,30 @@ inline double store<double>(float v) { return static_cast<double>(v); }
 template <>
 inline ExactF64 store<ExactF64>(float v) { return {detail::f32_to_f64(v)}; }
 
-// Whether the FPU reads a subnormal operand as zero: x86's MXCSR.DAZ, which a library built with
-// -ffast-math may have set for the whole process. Elsewhere the bits are always used.
-bool denormals_are_zero() {
+// x86's MXCSR sets how the SSE and F16C conversions round (bits 13-14), whether they flush results
+// (bit 15) and read operands (bit 6, DAZ, which a library built with -ffast-math may have set for the
+// whole process) as zero, and which exceptions trap (masks, bits 7-12, all set by default). The
+// hardware conversions run only where their results are the specified ones and nothing traps; the
+// bit-level code, which does no floating-point operation that rounds or raises, runs otherwise, and
+// on other CPUs.
+constexpr unsigned kExceptionMasks = 0x1F80u;
+unsigned mxcsr() {
 #if defined(__x86_64__)
-  return (_mm_getcsr() & 0x40u) != 0;
+  return _mm_getcsr();
 #else
-  return true;
+  return 0xFFFFu;  // no hardware path
 #endif
 }
-
-// Whether the FPU narrows float64 to float32 as f64_to_f32 does: x86 with MXCSR's defaults for
-// rounding (to nearest even) and results (no flush to zero). Its NaN is f64_to_f32's too: quiet, with
-// the payload's top bits (tests compare them).
-bool fpu_narrows_as_specified() {
-#if defined(__x86_64__)
-  return (_mm_getcsr() & 0xE000u) == 0;  // rounding control (bits 13-14) and flush to zero (bit 15)
-#else
-  return false;
-#endif
-}
-
-// Whether MXCSR has all its defaults: fpu_narrows_as_specified, and subnormals read as themselves.
-bool fpu_at_defaults() {
-#if defined(__x86_64__)
-  return (_mm_getcsr() & 0xE040u) == 0;
-#else
-  return false;
-#endif
-}
+// Widening float32 to float64 (exact, whatever the rounding): subnormals read as themselves.
+bool fpu_widens_exactly() { return (mxcsr() & (0x0040u | kExceptionMasks)) == kExceptionMasks; }
+// float16 <-> float32 on F16C: the instructions round to nearest even by their immediate, and read
+// and make float16 subnormals whatever MXCSR says (tests hold them to the bits under every mode).
+bool fpu_traps_nothing() { return (mxcsr() & kExceptionMasks) == kExceptionMasks; }
+// Narrowing float64 to float32 as f64_to_f32 does: rounding to nearest even, no flush to zero. Its
+// NaN is f64_to_f32's too: quiet, with the payload's top bits (tests compare them).
+bool fpu_narrows_as_specified() { return (mxcsr() & (0xE000u | kExceptionMasks)) == kExceptionMasks; }
+// Everything at its default: fpu_narrows_as_specified, and subnormals read as themselves.
+bool fpu_at_defaults() { return (mxcsr() & (0xE040u | kExceptionMasks)) == kExceptionMasks; }
 
 template <class To>
 inline To store_from_f64(double v);
@@ -111,10 +106,10 @@ void convert_from(const void* src, DType to, void* dst, std::size_t n) {
     case DType::kFloat64:
       if constexpr (!std::is_same_v<From, double>) {
         // The FPU's widening is exact and vectorizes; on the bits it takes about twice as long.
-        if (denormals_are_zero()) {
-          convert_loop<From, ExactF64>(src, dst, n);
-        } else {
+        if (fpu_widens_exactly()) {
           convert_loop<From, double>(src, dst, n);
+        } else {
+          convert_loop<From, ExactF64>(src, dst, n);
         }
       }
       return;
@@ -262,10 +257,10 @@ void convert_elements(DType from, const void* src, DType to, void* dst, std::siz
   }
 #if defined(__x86_64__)
   if (detail::cpu_has_avx2()) {  // the hardware float16 conversions and bfloat16 rounding in AVX2
-    if (from == DType::kFloat32 && to == DType::kFloat16) {
+    if (from == DType::kFloat32 && to == DType::kFloat16 && fpu_traps_nothing()) {
       return f32_to_f16_f16c(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
     }
-    if (from == DType::kFloat16 && to == DType::kFloat32) {
+    if (from == DType::kFloat16 && to == DType::kFloat32 && fpu_traps_nothing()) {
       return f16_to_f32_f16c(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
     }
     if (from == DType::kFloat32 && to == DType::kBFloat16) {
@@ -274,7 +269,7 @@ void convert_elements(DType from, const void* src, DType to, void* dst, std::siz
     if (from == DType::kBFloat16 && to == DType::kFloat32) {
       return bf16_to_f32_avx2(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
     }
-    if (from == DType::kFloat16 && to == DType::kFloat64) {
+    if (from == DType::kFloat16 && to == DType::kFloat64 && fpu_traps_nothing()) {
       return f16_to_f64_f16c(static_cast<const uint16_t*>(src), static_cast<double*>(dst), n);
     }
     if (from == DType::kFloat64 && to == DType::kFloat16 && fpu_at_defaults()) {

@@ -191,7 +191,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   if (save_state) {
     ErrorFeedback& ef = *options.error_feedback;
     GCZ_ASSIGN_OR_RETURN(auto state, ef.write(options.ef_state_path, options.ef_codec));
-    GCZ_RETURN_IF_ERROR(GczWriter::commit_together(*state, *writer));
+    GCZ_RETURN_IF_ERROR(GczWriter::commit_together(*writer, *state));
     ef.saved(options.ef_state_path, *state);
   }
   return report;

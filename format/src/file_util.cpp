@@ -174,38 +174,77 @@ int rename_if_unchanged(const std::string& tmp, const std::string& dest, const F
 
 }  // namespace
 
-std::pair<std::size_t, int> rename_temp_paths(const std::vector<TempRename>& renames) {
-  std::vector<DestLock> dest_locks(renames.size());
-  for (std::size_t k = 0; k < renames.size(); ++k) {
-    if (renames[k].replaces && renames[k].replaces->exists) lock_dest(renames[k].dest, dest_locks[k]);
+namespace {
+
+// rename_temp_path's work, with the registry locked and `lock` held on a replaced `r.dest`: 0 or the errno.
+int rename_locked(const TempRename& r, const DestLock& lock) {
+  // A file replaced keeps its permission bits (a state file kept private stays private); set-user-ID,
+  // set-group-ID and sticky bits are not copied, as cp does not.
+  struct stat st {};
+  if (::lstat(r.dest.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::chmod(r.tmp.c_str(), st.st_mode & 0777) != 0) {
+    return errno;
   }
+  if (r.replaces) return rename_if_unchanged(r.tmp, r.dest, *r.replaces, lock);
+  return ::rename(r.tmp.c_str(), r.dest.c_str()) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+std::pair<int, int> rename_temp_pair(const TempRename& first, const TempRename& second) {
+  if (first.replaces) return {1, EINVAL};  // first is put back by exchange or removal, not compared
+  DestLock second_lock;
+  if (second.replaces && second.replaces->exists) lock_dest(second.dest, second_lock);
   // Under the registry's lock: remove_unfinished_outputs never sees a temporary half renamed, nor
-  // one of the renames done and the next not.
+  // one of the two in place and the other not.
   std::unique_lock<std::mutex> lock(temp_mutex());
   wait_if_stopped(lock);
-  for (const TempRename& r : renames) {
-    if (!temp_paths().count(r.tmp)) return {0, ENOENT};  // removed already
-  }
-  for (std::size_t k = 0; k < renames.size(); ++k) {
-    const TempRename& r = renames[k];
-    // A file replaced keeps its permission bits (a state file kept private stays private); set-user-ID,
-    // set-group-ID and sticky bits are not copied, as cp does not.
-    struct stat st {};
-    if (::lstat(r.dest.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::chmod(r.tmp.c_str(), st.st_mode & 0777) != 0) {
-      return {k, errno};
+  if (!temp_paths().count(first.tmp) || !temp_paths().count(second.tmp)) return {1, ENOENT};  // removed already
+  struct stat st {};
+  const bool replacing = ::lstat(first.dest.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (replacing && ::chmod(first.tmp.c_str(), st.st_mode & 0777) != 0) return {1, errno};
+  // `first` goes in place keeping the file it replaces at its temporary name, to be put back if
+  // `second` fails. A file system that cannot exchange two names puts `second` in place first.
+  bool exchanged = false;
+  if (replacing) {
+    if (::renameat2(AT_FDCWD, first.tmp.c_str(), AT_FDCWD, first.dest.c_str(), RENAME_EXCHANGE) == 0) {
+      exchanged = true;
+    } else if (errno != EINVAL && errno != ENOSYS) {
+      return {1, errno};
+    } else {
+      if (const int err = rename_locked(second, second_lock); err != 0) return {2, err};
+      temp_paths().erase(second.tmp);
+      if (const int err = rename_locked(first, {}); err != 0) return {3, err};  // `second` stays in place
+      temp_paths().erase(first.tmp);
+      return {0, 0};
     }
-    if (r.replaces) {
-      if (const int err = rename_if_unchanged(r.tmp, r.dest, *r.replaces, dest_locks[k]); err != 0) return {k, err};
-    } else if (::rename(r.tmp.c_str(), r.dest.c_str()) != 0) {
-      return {k, errno};
-    }
-    temp_paths().erase(r.tmp);
+  } else if (::rename(first.tmp.c_str(), first.dest.c_str()) != 0) {
+    return {1, errno};
   }
-  return {renames.size(), 0};
+  if (const int err = rename_locked(second, second_lock); err != 0) {
+    if (exchanged) {  // the replaced file back in place, the new one at the temporary name, removed with it
+      (void)::renameat2(AT_FDCWD, first.tmp.c_str(), AT_FDCWD, first.dest.c_str(), RENAME_EXCHANGE);
+    } else {
+      (void)::unlink(first.dest.c_str());
+    }
+    return {2, err};
+  }
+  if (exchanged) (void)::unlink(first.tmp.c_str());  // the file `first` replaced
+  temp_paths().erase(first.tmp);
+  temp_paths().erase(second.tmp);
+  return {0, 0};
 }
 
 int rename_temp_path(const std::string& tmp, const std::string& dest, const std::optional<FileVersion>& replaces) {
-  return rename_temp_paths({{tmp, dest, replaces}}).second;
+  const TempRename r{tmp, dest, replaces};
+  DestLock dest_lock;
+  if (replaces && replaces->exists) lock_dest(dest, dest_lock);
+  // Under the registry's lock: remove_unfinished_outputs never sees a temporary half renamed.
+  std::unique_lock<std::mutex> lock(temp_mutex());
+  wait_if_stopped(lock);
+  if (!temp_paths().count(tmp)) return ENOENT;  // removed already
+  if (const int err = rename_locked(r, dest_lock); err != 0) return err;
+  temp_paths().erase(tmp);
+  return 0;
 }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
@@ -345,14 +384,20 @@ Status AtomicFile::commit() {
 Status AtomicFile::commit_together(AtomicFile& first, AtomicFile& second) {
   GCZ_RETURN_IF_ERROR(first.close());
   GCZ_RETURN_IF_ERROR(second.close());
-  const auto [done, err] = rename_temp_paths(
-      {{first.tmp_path_, first.path_, first.replaces_}, {second.tmp_path_, second.path_, second.replaces_}});
-  if (done >= 1) GCZ_RETURN_IF_ERROR(first.placed());
-  if (done == 0) return first.rename_error(err);
-  if (done == 1) {
-    return io_error(second.rename_error(err).message() + "; " + first.path_ + " was put in place before it");
+  const auto [failed, err] = rename_temp_pair({first.tmp_path_, first.path_, first.replaces_},
+                                              {second.tmp_path_, second.path_, second.replaces_});
+  switch (failed) {
+    case 0:
+      GCZ_RETURN_IF_ERROR(first.placed());
+      return second.placed();
+    case 1:
+      return first.rename_error(err);
+    case 2:
+      return second.rename_error(err);  // `first` as it was
+    default:
+      (void)second.placed();
+      return io_error(first.rename_error(err).message() + "; " + second.path_ + " was put in place before it");
   }
-  return second.placed();
 }
 
 void sync_file(const std::string& path) {

@@ -60,13 +60,17 @@ Status check_output_file(const std::string& path);
 // longer that version); forget_temp_path forgets one that was removed or never made.
 std::string make_temp_path(const std::string& target);
 int rename_temp_path(const std::string& tmp, const std::string& dest, const std::optional<FileVersion>& replaces = {});
-// rename_temp_path for several, in order, with no removal by remove_unfinished_outputs between them;
-// stops at the first failure. How many were put in place, and the errno of the one that failed.
+// rename_temp_path for two, with no removal by remove_unfinished_outputs between them: `first`
+// (whose `replaces` must be empty) goes in place keeping the file it replaces, then `second`; if
+// `second` cannot, `first`'s destination is put back as it was (the old file exchanged back, or the
+// new one removed). A file system that cannot exchange two names (renameat2 RENAME_EXCHANGE) gets
+// `second` first, then `first`. Returns {0, 0}, or which failed and the errno: 1 `first` (nothing
+// changed), 2 `second` (nothing changed), 3 `first` after `second` went in place (no exchange).
 struct TempRename {
   std::string tmp, dest;
   std::optional<FileVersion> replaces;
 };
-std::pair<std::size_t, int> rename_temp_paths(const std::vector<TempRename>& renames);
+std::pair<int, int> rename_temp_pair(const TempRename& first, const TempRename& second);
 void forget_temp_path(const std::string& tmp);
 
 // fsync of a file written and closed elsewhere (best effort).
@@ -90,9 +94,10 @@ class AtomicFile {
   // Flushes (when durable) and closes the temporary file: what commit() does before its rename.
   Status close();
   Status commit();
-  // Commits two files, `first` then `second`, with no signal cleanup between the renames: a program
-  // stopped by SIGINT, SIGTERM or SIGHUP leaves both in place or neither. When `first` cannot be
-  // put in place neither is; when `second` cannot, the error says that `first` was.
+  // Commits two files, `first` (which must not have `replaces`) then `second`, with no signal cleanup
+  // between the renames (rename_temp_pair): a program stopped by SIGINT, SIGTERM or SIGHUP leaves
+  // both in place or neither, and when either cannot be put in place neither is, except on a file
+  // system that cannot exchange two names, where `second` goes first and an error then says so.
   static Status commit_together(AtomicFile& first, AtomicFile& second);
   const FileVersion& version() const { return version_; }  // once committed: the file in place
   const std::string& path() const { return path_; }

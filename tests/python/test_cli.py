@@ -803,6 +803,29 @@ def test_a_state_directory_gcz_cannot_write_in_is_refused_before_encoding(tmp_pa
         shutil.rmtree(work)
 
 
+def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
+    """In a sticky directory, another user's OUTPUT cannot be renamed over: the step fails whole, and
+    the state does not move on to a step whose file was not written."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (to own OUTPUT as one user and run gcz as another) and setpriv (util-linux)")
+    work = Path(tempfile.mkdtemp(prefix="gcz-sticky-"))
+    try:
+        work.chmod(0o1777)
+        np.save(work / "g.npy", np.linspace(-1, 1, 1000, dtype=np.float32))
+        (work / "g.npy").chmod(0o644)
+        gcz("encode", work / "g.npy", "-o", work / "out.gcz", "-q", check=True)  # OUTPUT owned by root
+        before = (work / "out.gcz").read_bytes()
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(GCZ), "encode",
+                            str(work / "g.npy"), "-o", str(work / "out.gcz"), "-c", "topk", "--ef-state",
+                            str(work / "ef.gcz"), "-q"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == EXIT_IO, r.stderr
+        assert "out.gcz: cannot rename into place" in error_line(r)
+        assert (work / "out.gcz").read_bytes() == before
+        assert sorted(p.name for p in work.iterdir()) == ["g.npy", "out.gcz"]  # no state, no temporary
+    finally:
+        shutil.rmtree(work)
+
+
 @needs_samples
 def test_state_mistakes_are_caught_and_named(tmp_path):
     src = tmp_path / "g.safetensors"

@@ -412,8 +412,9 @@ TEST(ErrorFeedback, StepFileAndStateArePutInPlaceTogether) {
   ASSERT_TRUE(saved->find("w") != nullptr);
   EXPECT_EQ(saved->find("w")->residual.size(), 32u * 16u * 4u);
 
-  // b read no state; a has created one since: b's step is refused whole.
-  fs::remove(out);
+  // b read no state; a has created one since: b's step is refused whole, and the OUTPUT it would
+  // have replaced gets its old file back.
+  { std::ofstream(out, std::ios::binary) << "an older output"; }
   const std::string before = file_bytes(state);
   auto refused = encode_files({step}, out, options(*b));
   ASSERT_FALSE(refused);
@@ -421,7 +422,12 @@ TEST(ErrorFeedback, StepFileAndStateArePutInPlaceTogether) {
   EXPECT_NE(refused.status().message().find(state + ": created by another process"), std::string::npos)
       << refused.status().message();
   EXPECT_EQ(file_bytes(state), before);
-  EXPECT_EQ(listing(), (std::vector<std::string>{"ef.gcz", "step_0.safetensors"}));  // no out.gcz, no temporary
+  EXPECT_EQ(file_bytes(out), "an older output");
+  EXPECT_EQ(listing(), (std::vector<std::string>{"ef.gcz", "out.gcz", "step_0.safetensors"}));  // no temporary
+  // Where there was no OUTPUT, none is left.
+  fs::remove(out);
+  ASSERT_FALSE(encode_files({step}, out, options(*b)));
+  EXPECT_EQ(listing(), (std::vector<std::string>{"ef.gcz", "step_0.safetensors"}));
 
   // a wrote the state it now holds: its next step replaces both.
   ASSERT_TRUE(encode_files({step}, out, options(*a)));

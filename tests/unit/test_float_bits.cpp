@@ -298,6 +298,95 @@ TEST(FloatBits, F16ToF64IsExact) {
   }
 }
 
+// The conversions' results are the specified ones (the bit-level reference: narrow_float_bits and
+// widen_float_bits, integer code) whatever the process did to MXCSR: each rounding mode, flush to zero,
+// denormals are zero, and every floating-point exception unmasked (a conversion that raised one
+// would stop this test with SIGFPE). Every pair of dtypes, on every 16-bit pattern, the float32
+// sweep of VectorConversionsMatchPortableBitForBit and the float64 patterns above (NaN payloads,
+// subnormals, overflow, ties), through the hardware paths where the CPU has them and through the
+// portable ones.
+TEST(FloatBits, ConversionsIgnoreTheFpuModesAndTrapNothing) {
+  const DType types[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64};
+  std::vector<uint64_t> inputs[4];  // bit patterns per source dtype
+  for (uint32_t k = 0; k < 0x10000; ++k) inputs[0].push_back(k), inputs[1].push_back(k);
+  const uint32_t lows[] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0x7FFF, 0x8000, 0xFFFF};
+  for (uint32_t hi = 0; hi < 0x10000; ++hi) {
+    for (uint32_t lo : lows) inputs[2].push_back((hi << 16) | lo);
+  }
+  for (double d : f64_patterns()) inputs[3].push_back(bit_cast<uint64_t>(d));
+  for (double d : f64_half_patterns()) inputs[3].push_back(bit_cast<uint64_t>(d));
+  for (auto& in : inputs) in.resize(in.size() + 5, in[0x3C00 % in.size()]);  // a scalar tail
+  // The reference, through float64 where it widens (exactly) and from there in one rounding.
+  auto to_f64 = [](DType d, uint64_t b) -> uint64_t {
+    switch (d) {
+      case DType::kFloat16:
+        return widen_float_bits<5, 10, 11, 52>(static_cast<uint32_t>(b));
+      case DType::kBFloat16:
+        return widen_float_bits<8, 23, 11, 52>(static_cast<uint32_t>(b) << 16);
+      case DType::kFloat32:
+        return widen_float_bits<8, 23, 11, 52>(static_cast<uint32_t>(b));
+      case DType::kFloat64:
+        return b;
+    }
+    return 0;
+  };
+  auto from_f64 = [](DType d, uint64_t b) -> uint64_t {
+    switch (d) {
+      case DType::kFloat16:
+        return narrow_float_bits<11, 52, 5, 10>(b);
+      case DType::kBFloat16:
+        return narrow_float_bits<11, 52, 8, 7>(b);
+      case DType::kFloat32:
+        return narrow_float_bits<11, 52, 8, 23>(b);
+      case DType::kFloat64:
+        return b;
+    }
+    return 0;
+  };
+  std::vector<unsigned> modes = {0};
+#if defined(__x86_64__)
+  const unsigned saved = _mm_getcsr();
+  modes = {saved,
+           saved | 0x2000u,
+           saved | 0x4000u,
+           saved | 0x6000u,
+           saved | 0x8000u,
+           saved | 0x0040u,
+           (saved | 0x8040u) & ~0x1F80u,
+           saved & ~0x1F80u};
+#endif
+  for (bool vec : {true, false}) {
+    allow_avx2_for_testing(vec);
+    for (std::size_t f = 0; f < 4; ++f) {
+      const std::size_t fsize = dtype_size(types[f]);
+      std::vector<unsigned char> src(inputs[f].size() * fsize);
+      for (std::size_t k = 0; k < inputs[f].size(); ++k) std::memcpy(&src[k * fsize], &inputs[f][k], fsize);
+      for (std::size_t t = 0; t < 4; ++t) {
+        if (t == f) continue;
+        const std::size_t tsize = dtype_size(types[t]);
+        std::vector<unsigned char> dst(inputs[f].size() * tsize);
+        for (unsigned mode : modes) {
+#if defined(__x86_64__)
+          _mm_setcsr(mode);
+#endif
+          convert_elements(types[f], src.data(), types[t], dst.data(), inputs[f].size());
+#if defined(__x86_64__)
+          _mm_setcsr(saved);
+#endif
+          for (std::size_t k = 0; k < inputs[f].size(); ++k) {
+            uint64_t got = 0;
+            std::memcpy(&got, &dst[k * tsize], tsize);
+            const uint64_t want = from_f64(types[t], to_f64(types[f], inputs[f][k]));
+            ASSERT_EQ(got, want) << dtype_name(types[f]) << " -> " << dtype_name(types[t]) << ", MXCSR " << std::hex
+                                 << mode << ", vector paths " << vec << ", bits " << inputs[f][k];
+          }
+        }
+      }
+    }
+  }
+  allow_avx2_for_testing(true);
+}
+
 // convert_elements between float32 and float16 (the x86 F16C instructions) and bfloat16 (AVX2
 // integer code) against the portable branch-free code: every 16-bit pattern widened, and narrowed
 // every float32 pattern whose low 16 bits are one of a set that holds each rounding case (exact,

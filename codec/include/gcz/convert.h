@@ -1,7 +1,9 @@
 // gcz/convert.h — element conversions between the four floating dtypes.
 //
 // Narrowing rounds to nearest, ties to even (one rounding, also for float64 -> float16/bfloat16);
-// overflow gives Inf; NaN stays NaN; subnormals are kept. Widening is exact.
+// overflow gives Inf; NaN stays NaN; subnormals are kept. Widening is exact. The results do not
+// depend on the process's floating-point modes (rounding, flush to zero, denormals are zero), and
+// no floating-point exception is raised where the process has unmasked one.
 //
 //   std::vector<uint16_t> h(n);
 //   gcz::convert_elements(gcz::DType::kFloat32, src, gcz::DType::kFloat16, h.data(), n);

@@ -113,9 +113,11 @@ class GczWriter {
   Result<uint64_t> finish(const std::map<std::string, std::string>& metadata, bool in_place = true);
   // Puts a file finished with `in_place` false in place.
   Status commit();
-  // Puts two files finished with `in_place` false in place, `first` then `second`, with no signal
-  // cleanup between them: a gcz stopped by SIGINT, SIGTERM or SIGHUP leaves both or neither. When
-  // `first` cannot be put in place (for `replaces`: another process changed it), neither is.
+  // Puts two files finished with `in_place` false in place, `first` (created without `replaces`)
+  // then `second`, with no signal cleanup between them: a gcz stopped by SIGINT, SIGTERM or SIGHUP
+  // leaves both or neither, and when either cannot be put in place (`second`'s `replaces` changed by
+  // another process, a directory that refuses the rename) neither is: `first`'s path gets back the
+  // file it held. A file system that cannot exchange two names (renameat2) gets `second` first.
   static Status commit_together(GczWriter& first, GczWriter& second);
   // Once the file is in place: the file, as FileVersion::of would name it then.
   FileVersion version() const;

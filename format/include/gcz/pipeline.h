@@ -76,8 +76,9 @@ struct EncodeOptions {
   ErrorFeedback* error_feedback = nullptr;
   // With error_feedback and an output: the state file to save it to after the step (empty: not saved)
   // and the residuals' codec. The state is written after the output, and the two are put in place
-  // together (GczWriter::commit_together), the state first: where another process has updated the
-  // state meanwhile, neither is; a run stopped by SIGINT, SIGTERM or SIGHUP leaves both or neither.
+  // together (GczWriter::commit_together, the output first): where another process has updated the
+  // state meanwhile, or either rename fails, neither is; a run stopped by SIGINT, SIGTERM or SIGHUP
+  // leaves both or neither.
   std::string ef_state_path;
   std::string ef_codec = "none";
 };

@@ -106,16 +106,24 @@ GCZ_HD uint64_t widen_float_bits(uint32_t src) {
 
 // float32 -> float16 without branches, so loops over it vectorize. Same results as
 // narrow_float_bits<8, 23, 5, 10> (tests compare them). Normal results round by adding half an ulp
-// (plus the tie bit) before truncating; results below the float16 normal range are rounded by the FPU:
-// x + 0.5 puts x's multiple of 2^-24 (the float16 subnormal step) in the low mantissa bits, rounded to
-// nearest even, exactly what a float16 subnormal needs.
+// (plus the tie bit) before truncating; results below the float16 normal range are x's multiple of
+// 2^-24 (the float16 subnormal step), its mantissa shifted right and rounded to nearest even on the
+// integers. No floating-point operation: the result does not depend on the FPU's rounding mode, and
+// nothing is raised where the process has unmasked floating-point exceptions.
 GCZ_HD uint16_t f32_to_f16(float f) {
   const uint32_t bits = bit_cast<uint32_t>(f);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t x = bits & 0x7FFFFFFFu;
   const uint32_t rounded = x + 0xFFFu + ((x >> 13) & 1u);
   const uint32_t normal = (rounded >> 13) - (112u << 10);
-  const uint32_t small = bit_cast<uint32_t>(bit_cast<float>(x) + 0.5f) - 0x3F000000u;
+  // Below 2^-14 (exponent e <= 112): the value is m * 2^(e - 150), that is m >> (126 - e) steps of
+  // 2^-24, from 14 up; past 31 every result is 0, and a shift of 31 gives it (as for the lanes whose
+  // result is another, which need only a shift in range).
+  const uint32_t e = x >> 23;
+  const uint32_t m = (x & 0x7FFFFFu) | (e != 0 ? 0x800000u : 0u);
+  const uint32_t sh = e < 95 || e > 112 ? 31u : 126u - e;
+  const uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);
+  const uint32_t small = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
   const uint32_t nan = 0x7E00u | ((x >> 13) & 0x3FFu);
   const uint32_t h = x > 0x7F800000u ? nan : rounded >= 0x47800000u ? 0x7C00u : x < 0x38800000u ? small : normal;
   return static_cast<uint16_t>(sign | h);
@@ -123,13 +131,15 @@ GCZ_HD uint16_t f32_to_f16(float f) {
 GCZ_HD uint16_t f64_to_f16(double d) {
   return static_cast<uint16_t>(narrow_float_bits<11, 52, 5, 10>(bit_cast<uint64_t>(d)));
 }
-// float16 -> float32 without branches; subnormals by the reverse of the trick above.
+// float16 -> float32 without branches. A subnormal m * 2^-24 is the integer m, converted exactly,
+// times 2^-24: exact, a float32 normal, so neither the rounding mode nor flush-to-zero changes it,
+// and nothing is raised.
 GCZ_HD float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t x = h & 0x7FFFu;
   const uint32_t normal = (x << 13) + (112u << 23);
   const uint32_t special = (x << 13) | 0x7F800000u | (x > 0x7C00u ? 0x00400000u : 0u);  // NaN made quiet
-  const uint32_t small = bit_cast<uint32_t>(bit_cast<float>(x | 0x3F000000u) - 0.5f);
+  const uint32_t small = bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(x)) * 0x1p-24f);
   const uint32_t f = x >= 0x7C00u ? special : x < 0x0400u ? small : normal;
   return bit_cast<float>(sign | f);
 }
