@@ -1,8 +1,9 @@
 // decode_file: a .gcz in, tensor files out, chunk by chunk.
 #include <algorithm>
+#include <numeric>
 
-#include "gcz/container.h"
 #include "file_util.h"
+#include "gcz/container.h"
 #include "gcz/pipeline.h"
 #include "scratch_buffer.h"
 
@@ -45,10 +46,14 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
   }
   GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
   // A whole-tensor codec that streams (Codec::streaming_unit) decodes a tensor of more than one chunk
-  // in chunks, its tensor-wide streams read once and handed to every chunk.
+  // in chunks, its tensor-wide streams read once and handed to every chunk; the chunks are the
+  // encoder's (whole metric blocks too), so one threshold says which tensors stream.
   constexpr uint64_t kChunkElements = uint64_t{1} << 24;
   uint64_t unit = codec.chunk_unit();
-  if (const uint64_t s = codec.streaming_unit(); s != 0 && numel > std::max(s, kChunkElements / s * s)) unit = s;
+  if (const uint64_t s = codec.streaming_unit(); s != 0) {
+    const uint64_t u = std::lcm(s, MetricsAccumulator::kBlock);
+    if (numel > std::max(u, kChunkElements / u * u)) unit = u;
+  }
   const bool whole = unit == 0;
   const uint64_t chunk = whole ? std::max<uint64_t>(numel, 1) : std::max(unit, kChunkElements / unit * unit);
   const std::size_t esize = dtype_size(t.dtype);

@@ -1079,6 +1079,8 @@ def randomk_indices(seed: int, key: int, n: int, k: int) -> np.ndarray:
     ties to the lower index, in ascending order."""
     if k >= n:
         return np.arange(n, dtype=np.int64)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
     return _smallest_k(rng_bits(seed, key, PURPOSE_RANDOMK, n), k)
 
 
