@@ -155,6 +155,20 @@ void lock_dest(const std::string& dest, DestLock& lock) {
 // Renames `tmp` over `dest` only if `dest` is still `replaces`: no file (an atomic no-replace
 // rename), or the same file, checked under `lock` (lock_dest). 0, EEXIST when `dest` changed, or
 // the errno.
+// Whether `dest` is still `replaces` (rename_if_unchanged's check, without the rename): 0, EEXIST, or
+// the errno.
+int check_unchanged(const std::string& dest, const FileVersion& replaces, const DestLock& lock) {
+  struct stat named {};
+  if (!replaces.exists) {
+    if (::lstat(dest.c_str(), &named) == 0) return EEXIST;
+    return errno == ENOENT ? 0 : errno;
+  }
+  if (lock.err != 0) return lock.err;
+  struct stat held {};
+  if (::fstat(lock.fd, &held) != 0 || ::stat(dest.c_str(), &named) != 0) return errno == ENOENT ? EEXIST : errno;
+  return version_of(held) == replaces && version_of(named) == replaces ? 0 : EEXIST;
+}
+
 int rename_if_unchanged(const std::string& tmp, const std::string& dest, const FileVersion& replaces,
                         const DestLock& lock) {
   if (!replaces.exists) {
@@ -164,11 +178,7 @@ int rename_if_unchanged(const std::string& tmp, const std::string& dest, const F
     if (::lstat(dest.c_str(), &st) == 0) return EEXIST;
     return ::rename(tmp.c_str(), dest.c_str()) == 0 ? 0 : errno;
   }
-  if (lock.err != 0) return lock.err;
-  struct stat held {};
-  struct stat named {};
-  if (::fstat(lock.fd, &held) != 0 || ::stat(dest.c_str(), &named) != 0) return errno == ENOENT ? EEXIST : errno;
-  if (!(version_of(held) == replaces && version_of(named) == replaces)) return EEXIST;
+  if (const int err = check_unchanged(dest, replaces, lock); err != 0) return err;
   return ::rename(tmp.c_str(), dest.c_str()) == 0 ? 0 : errno;
 }
 
@@ -199,33 +209,47 @@ std::pair<int, int> rename_temp_pair(const TempRename& first, const TempRename& 
   std::unique_lock<std::mutex> lock(temp_mutex());
   wait_if_stopped(lock);
   if (!temp_paths().count(first.tmp) || !temp_paths().count(second.tmp)) return {1, ENOENT};  // removed already
-  struct stat st {};
-  const bool replacing = ::lstat(first.dest.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  if (replacing && ::chmod(first.tmp.c_str(), st.st_mode & 0777) != 0) return {1, errno};
+  // What can be known before anything moves is checked first: that `second` may replace what is at
+  // its destination (so it stays, under its lock, for other gcz processes), and what `first` replaces.
+  if (second.replaces) {
+    if (const int err = check_unchanged(second.dest, *second.replaces, second_lock); err != 0) return {2, err};
+  }
+  struct stat old {};
+  struct stat ours {};
+  const bool replacing = ::lstat(first.dest.c_str(), &old) == 0;
+  if (replacing && !S_ISREG(old.st_mode)) return {1, EEXIST};  // appeared since check_output_file
+  if (::lstat(first.tmp.c_str(), &ours) != 0) return {1, errno};
+  if (replacing && ::chmod(first.tmp.c_str(), old.st_mode & 0777) != 0) return {1, errno};
   // `first` goes in place keeping the file it replaces at its temporary name, to be put back if
   // `second` fails. A file system that cannot exchange two names puts `second` in place first.
   bool exchanged = false;
-  if (replacing) {
-    if (::renameat2(AT_FDCWD, first.tmp.c_str(), AT_FDCWD, first.dest.c_str(), RENAME_EXCHANGE) == 0) {
-      exchanged = true;
-    } else if (errno != EINVAL && errno != ENOSYS) {
-      return {1, errno};
-    } else {
-      if (const int err = rename_locked(second, second_lock); err != 0) return {2, err};
-      temp_paths().erase(second.tmp);
-      if (const int err = rename_locked(first, {}); err != 0) return {3, err};  // `second` stays in place
-      temp_paths().erase(first.tmp);
-      return {0, 0};
-    }
+  if (replacing && ::renameat2(AT_FDCWD, first.tmp.c_str(), AT_FDCWD, first.dest.c_str(), RENAME_EXCHANGE) == 0) {
+    exchanged = true;
+  } else if (replacing && errno != ENOENT) {  // ENOENT: removed meanwhile, so a plain rename
+    if (errno != EINVAL && errno != ENOSYS) return {1, errno};
+    if (const int err = rename_locked(second, second_lock); err != 0) return {2, err};
+    temp_paths().erase(second.tmp);
+    if (const int err = rename_locked(first, {}); err != 0) return {3, err};  // `second` stays in place
+    temp_paths().erase(first.tmp);
+    return {0, 0};
   } else if (::rename(first.tmp.c_str(), first.dest.c_str()) != 0) {
     return {1, errno};
   }
   if (const int err = rename_locked(second, second_lock); err != 0) {
-    if (exchanged) {  // the replaced file back in place, the new one at the temporary name, removed with it
-      (void)::renameat2(AT_FDCWD, first.tmp.c_str(), AT_FDCWD, first.dest.c_str(), RENAME_EXCHANGE);
-    } else {
-      (void)::unlink(first.dest.c_str());
+    // Only the rename itself fails here (a directory that refuses it; a state made meanwhile by a
+    // process that could not lock a file not yet there). `first` is taken back only while its
+    // destination still holds this run's file: another process may have put its own there since.
+    struct stat now {};
+    const bool ours_there =
+        ::lstat(first.dest.c_str(), &now) == 0 && now.st_dev == ours.st_dev && now.st_ino == ours.st_ino;
+    const bool undone = ours_there && (exchanged ? ::renameat2(AT_FDCWD, first.tmp.c_str(), AT_FDCWD,
+                                                               first.dest.c_str(), RENAME_EXCHANGE) == 0
+                                                 : ::unlink(first.dest.c_str()) == 0);
+    if (!undone) {
+      temp_paths().erase(first.tmp);  // what it holds now (the file `first` replaced) is kept
+      return {exchanged ? 5 : 4, err};
     }
+    sync_parent_directory(first.dest);
     return {2, err};
   }
   if (exchanged) (void)::unlink(first.tmp.c_str());  // the file `first` replaced
@@ -394,9 +418,14 @@ Status AtomicFile::commit_together(AtomicFile& first, AtomicFile& second) {
       return first.rename_error(err);
     case 2:
       return second.rename_error(err);  // `first` as it was
-    default:
+    case 3:
       (void)second.placed();
       return io_error(first.rename_error(err).message() + "; " + second.path_ + " was put in place before it");
+    default:  // `first` in place and not taken back
+      (void)first.placed();
+      return io_error(second.rename_error(err).message() + "; " + first.path_ +
+                      " was put in place before it and could not be taken back" +
+                      (failed == 5 ? " (the file it replaced is " + first.tmp_path_ + ")" : std::string()));
   }
 }
 

@@ -64,8 +64,11 @@ int rename_temp_path(const std::string& tmp, const std::string& dest, const std:
 // (whose `replaces` must be empty) goes in place keeping the file it replaces, then `second`; if
 // `second` cannot, `first`'s destination is put back as it was (the old file exchanged back, or the
 // new one removed). A file system that cannot exchange two names (renameat2 RENAME_EXCHANGE) gets
-// `second` first, then `first`. Returns {0, 0}, or which failed and the errno: 1 `first` (nothing
-// changed), 2 `second` (nothing changed), 3 `first` after `second` went in place (no exchange).
+// `second` first, then `first`. `second`'s `replaces` is checked before anything moves, and `first`
+// is taken back only while its destination holds this run's file. Returns {0, 0}, or which failed
+// and the errno: 1 `first` (nothing changed), 2 `second` (nothing changed), 3 `first` after `second`
+// went in place (no exchange), 4 `second`, with `first` in place and not taken back, 5 the same, the
+// file `first` replaced kept at its temporary name.
 struct TempRename {
   std::string tmp, dest;
   std::optional<FileVersion> replaces;

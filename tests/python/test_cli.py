@@ -822,6 +822,20 @@ def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
         assert "out.gcz: cannot rename into place" in error_line(r)
         assert (work / "out.gcz").read_bytes() == before
         assert sorted(p.name for p in work.iterdir()) == ["g.npy", "out.gcz"]  # no state, no temporary
+        # The other way round: OUTPUT is the user's own, the state another user's. OUTPUT goes in
+        # place first, the state's rename is refused, and OUTPUT gets its old file back.
+        gcz("encode", work / "g.npy", "-o", work / "root.gcz", "-c", "topk", "--ef-state", work / "ef.gcz", "-q",
+            check=True)
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(GCZ), "encode", str(work / "g.npy")]
+        r = subprocess.run([*nobody, "-o", str(work / "mine.gcz"), "-q"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        mine, state = (work / "mine.gcz").read_bytes(), (work / "ef.gcz").read_bytes()
+        r = subprocess.run([*nobody, "-o", str(work / "mine.gcz"), "-c", "topk", "--ef-state", str(work / "ef.gcz"),
+                            "-q"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == EXIT_IO, r.stderr
+        assert "ef.gcz: cannot rename into place" in error_line(r)
+        assert (work / "mine.gcz").read_bytes() == mine and (work / "ef.gcz").read_bytes() == state
+        assert sorted(p.name for p in work.iterdir()) == ["ef.gcz", "g.npy", "mine.gcz", "out.gcz", "root.gcz"]
     finally:
         shutil.rmtree(work)
 

@@ -298,13 +298,12 @@ TEST(FloatBits, F16ToF64IsExact) {
   }
 }
 
-// The conversions' results are the specified ones (the bit-level reference: narrow_float_bits and
-// widen_float_bits, integer code) whatever the process did to MXCSR: each rounding mode, flush to zero,
-// denormals are zero, and every floating-point exception unmasked (a conversion that raised one
-// would stop this test with SIGFPE). Every pair of dtypes, on every 16-bit pattern, the float32
-// sweep of VectorConversionsMatchPortableBitForBit and the float64 patterns above (NaN payloads,
-// subnormals, overflow, ties), through the hardware paths where the CPU has them and through the
-// portable ones.
+// The conversions' results (convert_elements, element_as_double) are the specified ones (the bit-level reference:
+// narrow_float_bits and widen_float_bits, integer code) whatever the process did to MXCSR: each rounding mode, flush to
+// zero, denormals are zero, and every floating-point exception unmasked (a conversion that raised one would stop this
+// test with SIGFPE). Every pair of dtypes, on every 16-bit pattern, the float32 sweep of
+// VectorConversionsMatchPortableBitForBit and the float64 patterns above (NaN payloads, subnormals, overflow, ties),
+// through the hardware paths where the CPU has them and through the portable ones.
 TEST(FloatBits, ConversionsIgnoreTheFpuModesAndTrapNothing) {
   const DType types[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64};
   std::vector<uint64_t> inputs[4];  // bit patterns per source dtype
@@ -370,9 +369,16 @@ TEST(FloatBits, ConversionsIgnoreTheFpuModesAndTrapNothing) {
           _mm_setcsr(mode);
 #endif
           convert_elements(types[f], src.data(), types[t], dst.data(), inputs[f].size());
+          std::vector<double> read(t == (f == 0 ? 1 : 0) ? inputs[f].size() : 0);  // element_as_double, once per source
+          for (std::size_t k = 0; k < read.size(); ++k) read[k] = element_as_double(types[f], src.data(), k);
 #if defined(__x86_64__)
           _mm_setcsr(saved);
 #endif
+          for (std::size_t k = 0; k < read.size(); ++k) {
+            ASSERT_EQ(bit_cast<uint64_t>(read[k]), to_f64(types[f], inputs[f][k]))
+                << "element_as_double of " << dtype_name(types[f]) << ", MXCSR " << std::hex << mode << ", bits "
+                << inputs[f][k];
+          }
           for (std::size_t k = 0; k < inputs[f].size(); ++k) {
             uint64_t got = 0;
             std::memcpy(&got, &dst[k * tsize], tsize);
