@@ -152,11 +152,8 @@ void lock_dest(const std::string& dest, DestLock& lock) {
   if (r != 0) lock.err = errno;
 }
 
-// Renames `tmp` over `dest` only if `dest` is still `replaces`: no file (an atomic no-replace
-// rename), or the same file, checked under `lock` (lock_dest). 0, EEXIST when `dest` changed, or
-// the errno.
-// Whether `dest` is still `replaces` (rename_if_unchanged's check, without the rename): 0, EEXIST, or
-// the errno.
+// Whether `dest` is still `replaces`: no file, or the same file, checked under `lock` (lock_dest). 0,
+// EEXIST when `dest` changed, or the errno.
 int check_unchanged(const std::string& dest, const FileVersion& replaces, const DestLock& lock) {
   struct stat named {};
   if (!replaces.exists) {
@@ -169,6 +166,8 @@ int check_unchanged(const std::string& dest, const FileVersion& replaces, const 
   return version_of(held) == replaces && version_of(named) == replaces ? 0 : EEXIST;
 }
 
+// Renames `tmp` over `dest` only if `dest` is still `replaces` (check_unchanged; where there was no
+// file, an atomic no-replace rename). 0, EEXIST when `dest` changed, or the errno.
 int rename_if_unchanged(const std::string& tmp, const std::string& dest, const FileVersion& replaces,
                         const DestLock& lock) {
   if (!replaces.exists) {
@@ -181,10 +180,6 @@ int rename_if_unchanged(const std::string& tmp, const std::string& dest, const F
   if (const int err = check_unchanged(dest, replaces, lock); err != 0) return err;
   return ::rename(tmp.c_str(), dest.c_str()) == 0 ? 0 : errno;
 }
-
-}  // namespace
-
-namespace {
 
 // rename_temp_path's work, with the registry locked and `lock` held on a replaced `r.dest`: 0 or the errno.
 int rename_locked(const TempRename& r, const DestLock& lock) {
