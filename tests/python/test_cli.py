@@ -659,6 +659,22 @@ def write_safetensors(path: Path, tensors: Dict[str, np.ndarray]) -> None:
     path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def interrupt_when(args, where: Path, pattern: str, too_late: str) -> None:
+    """Runs gcz with `args`, sends it SIGINT once a file matching `pattern` appears in `where`, and
+    checks that the signal ended it (skipping, saying `too_late`, if gcz finished first)."""
+    import signal
+    import time
+    p = subprocess.Popen([str(GCZ), *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(where.glob(pattern)) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    if p.poll() is not None:
+        pytest.skip(too_late)
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    assert p.returncode == -signal.SIGINT, p.stderr.read()
+
+
 def tensor_seeds(path: Path) -> List[int]:
     return [t["seed"] for t in json.loads(gcz("info", path, "--json", check=True).stdout)["tensors"]]
 
@@ -740,24 +756,14 @@ def test_ef_codec_powersgd_stores_vector_residuals_with_its_fallback(tmp_path):
 def test_an_interrupted_step_leaves_its_output_and_the_state_as_they_were(tmp_path):
     """The step's file and the state are put in place together: a step stopped while the state is
     being written leaves neither (before, OUTPUT was already in place and the state one step behind)."""
-    import signal
-    import time
     rng = np.random.default_rng(4)
     np.save(tmp_path / "g.npy", rng.standard_normal(1 << 24).astype(np.float32))
     state, out = tmp_path / "ef.gcz", tmp_path / "out.gcz"
     gcz("encode", tmp_path / "g.npy", "-o", tmp_path / "first.gcz", "-c", "topk", "--ef-state", state, "-q",
         check=True)
     before = state.read_bytes()
-    p = subprocess.Popen([str(GCZ), "encode", str(tmp_path / "g.npy"), "-o", str(out), "-c", "topk",
-                          "--ef-state", str(state), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("ef.gcz.tmp-*")) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
-    if p.poll() is not None:
-        pytest.skip("the encode finished before its state was being written")
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
-    assert p.returncode == -signal.SIGINT, p.stderr.read()
+    interrupt_when(["encode", tmp_path / "g.npy", "-o", out, "-c", "topk", "--ef-state", state, "-q"],
+                   tmp_path, "ef.gcz.tmp-*", "the encode finished before its state was being written")
     assert listing(tmp_path) == ["ef.gcz", "first.gcz", "g.npy"]  # no OUTPUT, no temporary
     assert state.read_bytes() == before
 
@@ -1132,20 +1138,10 @@ def test_a_tensor_too_large_to_decode_whole_is_refused(tmp_path):
 
 
 def test_an_interrupted_encode_leaves_no_temporary_file(tmp_path):
-    import signal
-    import time
     rng = np.random.default_rng(0)
     np.save(tmp_path / "big.npy", rng.standard_normal(1 << 24).astype(np.float32))
-    p = subprocess.Popen([str(GCZ), "encode", str(tmp_path / "big.npy"), "-o", str(tmp_path / "big.gcz"),
-                          "-c", "qsgd+zstd:level=19", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not list(tmp_path.glob("big.gcz.tmp-*")) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if p.poll() is not None:
-        pytest.skip("the encode finished before it could be interrupted")
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
-    assert p.returncode == -signal.SIGINT, p.stderr.read()
+    interrupt_when(["encode", tmp_path / "big.npy", "-o", tmp_path / "big.gcz", "-c", "qsgd+zstd:level=19", "-q"],
+                   tmp_path, "big.gcz.tmp-*", "the encode finished before it could be interrupted")
     assert sorted(x.name for x in tmp_path.iterdir()) == ["big.npy"]
 
 
