@@ -24,9 +24,7 @@ static_assert(sizeof(ExactF64) == sizeof(double));
 // FpuF32 is a float32 narrowed from float64 by the FPU, where it rounds as f64_to_f32 does; FpuF16
 // a float16 whose subnormal results the FPU rounds (f32_to_f16_by_fpu).
 struct FpuF32 { float value; };
-struct FpuF16 {
-  uint16_t bits;
-};
+struct FpuF16 { uint16_t bits; };
 
 // float32 -> float16 as f32_to_f16, but with results below the float16 normal range rounded by the
 // FPU: x + 0.5 puts x's multiple of 2^-24 (the float16 subnormal step) in the low mantissa bits,
@@ -55,13 +53,9 @@ inline To store(float v);
 template <>
 inline F16 store<F16>(float v) { return {detail::f32_to_f16(v)}; }
 template <>
-inline FpuF16 store<FpuF16>(float v) {
-  return {f32_to_f16_by_fpu(v)};
-}
+inline FpuF16 store<FpuF16>(float v) { return {f32_to_f16_by_fpu(v)}; }
 template <>
-inline BF16 store<BF16>(float v) {
-  return {detail::f32_to_bf16(v)};
-}
+inline BF16 store<BF16>(float v) { return {detail::f32_to_bf16(v)}; }
 template <>
 inline float store<float>(float v) { return v; }
 template <>
