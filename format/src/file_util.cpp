@@ -227,8 +227,11 @@ std::pair<int, int> rename_temp_pair(const TempRename& first, const TempRename& 
     if (const int err = rename_locked(first, {}); err != 0) return {3, err};  // `second` stays in place
     temp_paths().erase(first.tmp);
     return {0, 0};
-  } else if (::rename(first.tmp.c_str(), first.dest.c_str()) != 0) {
-    return {1, errno};
+  } else if (::renameat2(AT_FDCWD, first.tmp.c_str(), AT_FDCWD, first.dest.c_str(), RENAME_NOREPLACE) != 0) {
+    // Nothing was there: nothing is overwritten either (a file another process put there since
+    // stays, and this run fails before anything moved), unless the file system cannot tell.
+    if (errno != EINVAL && errno != ENOSYS) return {1, errno};
+    if (::rename(first.tmp.c_str(), first.dest.c_str()) != 0) return {1, errno};
   }
   if (const int err = rename_locked(second, second_lock); err != 0) {
     // Only the rename itself fails here (a directory that refuses it; a state made meanwhile by a
@@ -242,7 +245,7 @@ std::pair<int, int> rename_temp_pair(const TempRename& first, const TempRename& 
                                                  : ::unlink(first.dest.c_str()) == 0);
     if (!undone) {
       temp_paths().erase(first.tmp);  // what it holds now (the file `first` replaced) is kept
-      return {exchanged ? 5 : 4, err};
+      return {(ours_there ? 4 : 6) + (exchanged ? 1 : 0), err};
     }
     sync_parent_directory(first.dest);
     return {2, err};
@@ -416,11 +419,12 @@ Status AtomicFile::commit_together(AtomicFile& first, AtomicFile& second) {
     case 3:
       (void)second.placed();
       return io_error(first.rename_error(err).message() + "; " + second.path_ + " was put in place before it");
-    default:  // `first` in place and not taken back
+    default:  // `first` in place and not taken back: 4-5, it could not be; 6-7, another file is there now
       (void)first.placed();
-      return io_error(second.rename_error(err).message() + "; " + first.path_ +
-                      " was put in place before it and could not be taken back" +
-                      (failed == 5 ? " (the file it replaced is " + first.tmp_path_ + ")" : std::string()));
+      return io_error(second.rename_error(err).message() + "; " + first.path_ + " was put in place before it" +
+                      (failed >= 6 ? ", and another process has put a file of its own there since, which stays"
+                                   : " and could not be taken back") +
+                      (failed % 2 == 1 ? " (the file it replaced is " + first.tmp_path_ + ")" : std::string()));
   }
 }
 

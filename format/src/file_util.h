@@ -68,7 +68,9 @@ int rename_temp_path(const std::string& tmp, const std::string& dest, const std:
 // is taken back only while its destination holds this run's file. Returns {0, 0}, or which failed
 // and the errno: 1 `first` (nothing changed), 2 `second` (nothing changed), 3 `first` after `second`
 // went in place (no exchange), 4 `second`, with `first` in place and not taken back, 5 the same, the
-// file `first` replaced kept at its temporary name.
+// file `first` replaced kept at its temporary name, 6 and 7 as 4 and 5 but with another process's
+// file at `first`'s destination since. Where nothing was at `first`'s destination, nothing there is
+// overwritten (a no-replace rename, where the file system has one).
 struct TempRename {
   std::string tmp, dest;
   std::optional<FileVersion> replaces;
