@@ -28,19 +28,12 @@ struct FpuF16 { uint16_t bits; };
 
 // float32 -> float16 as f32_to_f16, but with results below the float16 normal range rounded by the
 // FPU: x + 0.5 puts x's multiple of 2^-24 (the float16 subnormal step) in the low mantissa bits,
-// rounded to nearest even. Without f32_to_f16's per-lane variable shifts, its loops vectorize on
-// SSE2 too (3.2 against 1.3 GB/s); it runs only where the FPU rounds to nearest even and traps
+// rounded to nearest even. Without f32_to_f16_small's per-lane variable shifts, its loops vectorize
+// on SSE2 too (3.2 against 1.3 GB/s); it runs only where the FPU rounds to nearest even and traps
 // nothing (fpu_narrows_as_specified; a subnormal x read as 0 gives 0, its right result, anyway).
 inline uint16_t f32_to_f16_by_fpu(float f) {
-  const uint32_t bits = detail::bit_cast<uint32_t>(f);
-  const uint32_t sign = (bits >> 16) & 0x8000u;
-  const uint32_t x = bits & 0x7FFFFFFFu;
-  const uint32_t rounded = x + 0xFFFu + ((x >> 13) & 1u);
-  const uint32_t normal = (rounded >> 13) - (112u << 10);
-  const uint32_t small = detail::bit_cast<uint32_t>(detail::bit_cast<float>(x) + 0.5f) - 0x3F000000u;
-  const uint32_t nan = 0x7E00u | ((x >> 13) & 0x3FFu);
-  const uint32_t h = x > 0x7F800000u ? nan : rounded >= 0x47800000u ? 0x7C00u : x < 0x38800000u ? small : normal;
-  return static_cast<uint16_t>(sign | h);
+  const float x = detail::bit_cast<float>(detail::bit_cast<uint32_t>(f) & 0x7FFFFFFFu);
+  return detail::f32_to_f16_given_small(f, detail::bit_cast<uint32_t>(x + 0.5f) - 0x3F000000u);
 }
 
 // Loads widen exactly; float64 goes straight to the narrow formats (one rounding, CODECS.md).

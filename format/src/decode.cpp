@@ -1,11 +1,11 @@
 // decode_file: a .gcz in, tensor files out, chunk by chunk.
 #include <algorithm>
-#include <numeric>
 
 #include "file_util.h"
 #include "gcz/container.h"
 #include "gcz/pipeline.h"
 #include "scratch_buffer.h"
+#include "tensor_encoder.h"
 
 namespace gcz {
 namespace {
@@ -46,14 +46,11 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
   }
   GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
   // A whole-tensor codec that streams (Codec::streaming_unit) decodes a tensor of more than one chunk
-  // in chunks, its tensor-wide streams read once and handed to every chunk; the chunks are the
-  // encoder's (whole metric blocks too), so one threshold says which tensors stream.
+  // in chunks, the encoder's (streaming_chunk_unit), its tensor-wide streams read once and handed to
+  // every chunk.
   constexpr uint64_t kChunkElements = uint64_t{1} << 24;
   uint64_t unit = codec.chunk_unit();
-  if (const uint64_t s = codec.streaming_unit(); s != 0) {
-    const uint64_t u = std::lcm(s, MetricsAccumulator::kBlock);
-    if (numel > std::max(u, kChunkElements / u * u)) unit = u;
-  }
+  if (const uint64_t s = detail::streaming_chunk_unit(codec, numel, kChunkElements); s != 0) unit = s;
   const bool whole = unit == 0;
   const uint64_t chunk = whole ? std::max<uint64_t>(numel, 1) : std::max(unit, kChunkElements / unit * unit);
   const std::size_t esize = dtype_size(t.dtype);

@@ -21,6 +21,13 @@ const std::byte* MemorySource::view(uint64_t first, uint64_t count) {
   return count != 0 && reinterpret_cast<uintptr_t>(p) % esize == 0 ? p : nullptr;
 }
 
+uint64_t streaming_chunk_unit(const Codec& codec, uint64_t numel, uint64_t chunk_elements) {
+  const uint64_t s = codec.streaming_unit();
+  if (s == 0) return 0;
+  const uint64_t u = std::lcm(s, MetricsAccumulator::kBlock);
+  return numel > std::max(u, chunk_elements / u * u) ? u : 0;
+}
+
 Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan& plan,
                                            const std::function<void(uint64_t)>& progress, const EncodeExtras& extras) {
   const TensorInfo& t = src.info();
@@ -44,14 +51,10 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
   // and whole metric blocks, so their metrics can be appended in order. A whole-tensor codec takes
   // the threads inside its one call instead; its metrics are then measured in pieces on the threads.
   // One that streams (Codec::streaming_unit) takes a tensor of more than one chunk in chunks, after a
-  // first pass over it (prepare), and its threads inside each; its chunks are whole metric blocks,
-  // so that those threads' metrics append in order as they do for the whole tensor.
+  // first pass over it (prepare), and its threads inside each (streaming_chunk_unit).
   const bool whole = codec.chunk_unit() == 0;
   uint64_t unit = codec.chunk_unit();
-  if (const uint64_t s = codec.streaming_unit(); s != 0) {
-    const uint64_t u = std::lcm(s, MetricsAccumulator::kBlock);
-    if (numel > std::max(u, chunk_elements_ / u * u)) unit = u;
-  }
+  if (const uint64_t s = streaming_chunk_unit(codec, numel, chunk_elements_); s != 0) unit = s;
   const uint64_t L = whole ? 0 : std::lcm(unit, MetricsAccumulator::kBlock);
   const uint64_t chunk = unit == 0 ? std::max<uint64_t>(numel, 1) : std::max(unit, chunk_elements_ / unit * unit);
   const unsigned threads = whole ? 1u : threads_;

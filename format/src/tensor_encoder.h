@@ -24,6 +24,12 @@ class MemorySource : public TensorSource {
   const std::byte* data_;
 };
 
+// The chunk unit of a whole-tensor codec that streams (Codec::streaming_unit) a tensor of `numel`
+// elements in chunks of about `chunk_elements`: a whole number of its units and of metric blocks (so
+// the threads inside it measure in pieces that append in order), and 0 where the tensor fits in one
+// chunk or the codec does not stream. The encoder and decoder chunk it alike.
+uint64_t streaming_chunk_unit(const Codec& codec, uint64_t numel, uint64_t chunk_elements);
+
 // What encode() may do beyond the plain path (error feedback uses all of it).
 struct EncodeExtras {
   // Metrics compare x̂ with this whole tensor (same dtype as the source) instead of the source.

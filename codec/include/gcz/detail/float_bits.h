@@ -104,30 +104,35 @@ GCZ_HD uint64_t widen_float_bits(uint32_t src) {
   return sign | (static_cast<uint64_t>(e + kDstBias) << DM) | (m << (DM - SM));
 }
 
-// float32 -> float16 without branches, so loops over it vectorize. Same results as
-// narrow_float_bits<8, 23, 5, 10> (tests compare them). Normal results round by adding half an ulp
-// (plus the tie bit) before truncating; results below the float16 normal range are x's multiple of
-// 2^-24 (the float16 subnormal step), its mantissa shifted right and rounded to nearest even on the
-// integers. No floating-point operation: the result does not depend on the FPU's rounding mode, and
-// nothing is raised where the process has unmasked floating-point exceptions.
-GCZ_HD uint16_t f32_to_f16(float f) {
+// float32 -> float16 without branches, so loops over it vectorize, given `small`, the result for
+// |f| below the float16 normal range (f32_to_f16_small, or a caller's own rounding of it). Normal
+// results round by adding half an ulp (plus the tie bit) before truncating.
+GCZ_HD uint16_t f32_to_f16_given_small(float f, uint32_t small) {
   const uint32_t bits = bit_cast<uint32_t>(f);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t x = bits & 0x7FFFFFFFu;
   const uint32_t rounded = x + 0xFFFu + ((x >> 13) & 1u);
   const uint32_t normal = (rounded >> 13) - (112u << 10);
-  // Below 2^-14 (exponent e <= 112): the value is m * 2^(e - 150), that is m >> (126 - e) steps of
-  // 2^-24, from 14 up; past 31 every result is 0, and a shift of 31 gives it (as for the lanes whose
-  // result is another, which need only a shift in range).
-  const uint32_t e = x >> 23;
-  const uint32_t m = (x & 0x7FFFFFu) | (e != 0 ? 0x800000u : 0u);
-  const uint32_t sh = e < 95 || e > 112 ? 31u : 126u - e;
-  const uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);
-  const uint32_t small = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
   const uint32_t nan = 0x7E00u | ((x >> 13) & 0x3FFu);
   const uint32_t h = x > 0x7F800000u ? nan : rounded >= 0x47800000u ? 0x7C00u : x < 0x38800000u ? small : normal;
   return static_cast<uint16_t>(sign | h);
 }
+// The float16 subnormal (or 0, or the smallest normal) nearest |f| below 2^-14: its multiple of
+// 2^-24, the mantissa shifted right and rounded to nearest even on the integers. No floating-point
+// operation: it does not depend on the FPU's rounding mode and raises nothing.
+GCZ_HD uint32_t f32_to_f16_small(float f) {
+  const uint32_t x = bit_cast<uint32_t>(f) & 0x7FFFFFFFu;
+  // The value is m * 2^(e - 150), that is m >> (126 - e) steps of 2^-24, from 14 up (e <= 112); past
+  // 31 every result is 0, and a shift of 31 gives it (as for the lanes whose result is another,
+  // which need only a shift in range).
+  const uint32_t e = x >> 23;
+  const uint32_t m = (x & 0x7FFFFFu) | (e != 0 ? 0x800000u : 0u);
+  const uint32_t sh = e < 95 || e > 112 ? 31u : 126u - e;
+  const uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);
+  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+}
+// Same results as narrow_float_bits<8, 23, 5, 10> (tests compare them).
+GCZ_HD uint16_t f32_to_f16(float f) { return f32_to_f16_given_small(f, f32_to_f16_small(f)); }
 GCZ_HD uint16_t f64_to_f16(double d) {
   return static_cast<uint16_t>(narrow_float_bits<11, 52, 5, 10>(bit_cast<uint64_t>(d)));
 }
