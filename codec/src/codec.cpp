@@ -1,20 +1,21 @@
 #include "gcz/codec.h"
 
+#include <xxhash.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 
-#include <xxhash.h>
-
-#include "cuda_hooks.h"
-#include "gcz/detail/cast_codec.h"
 #include "codecs/powersgd.h"
 #include "codecs/qsgd.h"
-#include "codecs/terngrad.h"
 #include "codecs/randomk.h"
+#include "codecs/terngrad.h"
 #include "codecs/topk.h"
+#include "cuda_hooks.h"
+#include "gcz/detail/cast_codec.h"
+#include "gcz/detail/value_codec.h"
 
 namespace gcz {
 
@@ -160,7 +161,13 @@ std::vector<std::string> codec_names() {
 
 Result<std::unique_ptr<Codec>> make_codec(std::string_view name, const Params& params, Backend backend) {
   for (const Entry& e : kCodecs) {
-    if (name == e.name) return e.factory(params, backend);
+    if (name != e.name) continue;
+    GCZ_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, e.factory(params, backend));
+    if (const std::size_t n = codec->stream_names({}).size(); n > detail::kMaxCodecStreams) {
+      return invalid_argument("codec '" + std::string(name) + "' with its value codecs writes " + std::to_string(n) +
+                              " streams, more than " + std::to_string(detail::kMaxCodecStreams));
+    }
+    return codec;
   }
   std::string known;
   for (const auto& n : codec_names()) known += (known.empty() ? "" : ", ") + n;

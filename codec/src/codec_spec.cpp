@@ -1,10 +1,13 @@
 #include "gcz/codec_spec.h"
 
+#include <zstd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <zstd.h>
+
+#include "gcz/detail/value_codec.h"
 
 namespace gcz {
 namespace {
@@ -194,7 +197,7 @@ int nested_codec_depth(std::string_view text) {
 
 Result<EncodingPlan> check_encoding_plan(std::string_view text) {
   GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, parse_encoding_plan(text));
-  const std::string where = "codec spec '" + std::string(text) + "': ";
+  const std::string where = "codec spec '" + detail::spec_excerpt(text) + "': ";
   auto codec = make_codec(plan.codec.name, plan.codec.params, Backend::kCpu);
   if (!codec) return invalid_argument(where + codec.status().message());
   // A codec can take its parameters and still refuse every tensor it would meet: Top-K hands its

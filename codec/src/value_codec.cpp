@@ -8,7 +8,7 @@ Result<ValueCodec> ValueCodec::make(std::string_view outer, const Params& params
                                     std::string_view def, Backend backend) {
   auto it = params.find(key);
   const std::string text = it == params.end() ? std::string(def) : param_to_string(it->second);
-  const std::string where = "codec '" + std::string(outer) + "': " + key + "='" + text + "'";
+  const std::string where = "codec '" + std::string(outer) + "': " + key + "='" + spec_excerpt(text) + "'";
   // Bound the depth before anything recurses.
   if (const int depth = 1 + nested_codec_depth(text); depth > kMaxValueCodecDepth) {
     return invalid_argument("codec '" + std::string(outer) + "': " + key + ": value codecs nest " +
@@ -28,6 +28,12 @@ Result<ValueCodec> ValueCodec::make(std::string_view outer, const Params& params
   canonical.stages.push_back({std::string(v.inner_->name()), v.inner_->params()});
   v.spec_ = canonical.to_string();
   v.names_ = v.inner_->stream_names(v.info({0}));
+  return v;
+}
+
+ValueCodec ValueCodec::with_key(std::string key) const {
+  ValueCodec v = *this;
+  v.key_ = std::move(key);
   return v;
 }
 

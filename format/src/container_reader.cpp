@@ -189,8 +189,9 @@ Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_o
   bool same = names.size() == t.streams.size();
   for (std::size_t i = 0; same && i < names.size(); ++i) same = names[i] == t.streams[i].name;
   if (!same) {
-    std::string want;
-    for (const auto& n : names) want += (want.empty() ? "" : ", ") + n;
+    std::string want;  // up to 16 names: value codecs may write up to kMaxCodecStreams
+    for (std::size_t i = 0; i < names.size() && i < 16; ++i) want += (want.empty() ? "" : ", ") + names[i];
+    if (names.size() > 16) want += ", ... (" + std::to_string(names.size()) + " in all)";
     return fail("bad-streams", "codec '" + t.chain[0].name + "' writes streams [" + want + "]", StatusCode::kFormatError,
                 name);
   }

@@ -77,8 +77,9 @@ naming the codec, the stream and the doc section (and, for Top-K, the rule numbe
 
 Limits:
 
-- Value codecs nest at most ``MAX_SPEC_DEPTH`` (64) deep (``values=(topk:values=(...))``: two), as
-  CODECS.md ("Value codecs") fixes; a number in a spec string has at most ``MAX_NUMBER_CHARS`` (4096)
+- Value codecs nest at most ``MAX_SPEC_DEPTH`` (64) deep (``values=(topk:values=(...))``: two), and
+  a codec with its value codecs writes at most ``MAX_STREAMS`` (1024) streams, as CODECS.md ("Value
+  codecs") fixes; a number in a spec string has at most ``MAX_NUMBER_CHARS`` (4096)
   characters (gcz writes at most 24; a limit of this reader). A spec beyond them is rejected as an
   invalid codec parameter, rule ``"unknown-codec"``.
 - A valid file can hold what this reader cannot hand back; it raises ``GczFormatError`` with rule
@@ -120,7 +121,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 __all__ = ["GczFile", "GczFormatError", "TensorInfo", "StreamInfo", "CodecSpec", "RULES",
-           "DECODE_RULES", "LIMIT_RULES", "MAX_SPEC_DEPTH", "MAX_NUMBER_CHARS", "MAX_DECODE_BYTES",
+           "DECODE_RULES", "LIMIT_RULES", "MAX_SPEC_DEPTH", "MAX_STREAMS", "MAX_NUMBER_CHARS", "MAX_DECODE_BYTES",
            "convert_bits", "open_gcz", "parse_spec", "make_spec", "layout",
            "philox4x32_10", "rng_bits", "rng_draw16", "rng_uniform", "tensor_key", "randomk_indices",
            "topk_indices", "sparse_k"]
@@ -158,6 +159,7 @@ DECODE_RULES = ("bad-stream-data",)
 LIMIT_RULES = ("reader-limit",)
 
 MAX_SPEC_DEPTH = 64      # value codecs nested in value codecs, at most (CODECS.md, "Value codecs")
+MAX_STREAMS = 1024       # streams of a codec, its value codecs' included, at most (the same)
 MAX_NUMBER_CHARS = 4096  # characters of a number in a spec string, at most (a limit of this reader)
 
 
@@ -749,7 +751,30 @@ def _make_spec(name: str, raw: Dict[str, Any], from_string: bool, tensor: Option
     codec = CODECS.get(name)
     if codec is None:
         _bad_param(tensor, f"unknown element codec {_show(name)}")
-    return CodecSpec(name, codec.params(_Params(name, raw, from_string, tensor, depth)))
+    spec = CodecSpec(name, codec.params(_Params(name, raw, from_string, tensor, depth)))
+    n = _stream_count(spec)
+    if n > MAX_STREAMS:
+        _bad_param(tensor, f"codec {name!r} with its value codecs writes {n} streams, more than "
+                   f"{MAX_STREAMS} (CODECS.md, \"Value codecs\")")
+    return spec
+
+
+def _first_names(streams: List[Any], most: int = 16) -> str:
+    """The streams' names for a message: the first `most`, and how many in all."""
+    shown = repr([s.name for s in streams[:most]])
+    return shown if len(streams) <= most else f"{shown[:-1]}, ... ({len(streams)} in all)]"
+
+
+def _stream_count(spec: CodecSpec) -> int:
+    """How many streams `spec` writes, whatever the tensor (layout() names them)."""
+    p = spec.params
+    if spec.name == "topk":
+        return 1 + _stream_count(p["values"])  # indices, values.*
+    if spec.name == "randomk":
+        return _stream_count(p["values"])
+    if spec.name == "powersgd":
+        return 2 * _stream_count(p["factors"])  # p.*, q.*
+    return 1 if spec.name in CAST_CODECS else 2  # values; codes or trits, and scales
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1534,8 +1559,8 @@ class GczFile:
             sinfos.append(StreamInfo(sname, enc, off, length, size, xx))
         if [s.name for s in sinfos] != [w.name for w in want]:
             raise GczFormatError(
-                "bad-streams", f"codec {ecodec!r} writes streams {[w.name for w in want]}, the "
-                f"index lists {[s.name for s in sinfos]}", name)
+                "bad-streams", f"codec {ecodec!r} writes streams {_first_names(want)}, the "
+                f"index lists {_first_names(sinfos)}", name)
         for s in sinfos:
             if s.encoding not in ("raw", "zstd"):
                 raise GczFormatError("bad-encoding",

@@ -1386,6 +1386,55 @@ def test_value_codec_nesting_is_limited(tmp_path, param_victims):
     assert ei.value.rule == "unknown-codec" and "nest more than 64 deep" in str(ei.value)
 
 
+def test_value_codecs_write_at_most_1024_streams(tmp_path, param_victims):
+    """PowerSGD's factors double the streams at each level, which the depth limit leaves at 2^63:
+    a codec writing more than MAX_STREAMS is unknown-codec for both readers, found at once (gcz
+    had made each level three times, 3^depth, and listed every name in its message)."""
+    def factors(levels: int) -> str:
+        s = "fp16"
+        for _ in range(levels):
+            s = f"powersgd:factors=({s})"
+        return s
+    ps, ms = gczread.parse_spec, gczread.make_spec
+    assert gczread.MAX_STREAMS == 1024
+    ms(*ps(factors(10)), True)  # 1024 streams, P's and Q's ten levels deep: valid (no shape fits it)
+    for levels in (11, 63):
+        with pytest.raises(GczFormatError) as ei:
+            ms(*ps(factors(levels)), True)
+        assert ei.value.rule == "unknown-codec" and "writes 2048 streams, more than 1024" in str(ei.value)
+    with pytest.raises(GczFormatError) as ei:  # Top-K's indices are one more
+        ms(*ps(f"topk:values=({factors(10)})"), True)
+    assert ei.value.rule == "unknown-codec" and "writes 1025 streams" in str(ei.value)
+    path = tmp_path / "many.gcz"
+    path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0]["params"].update(
+        factors=factors(62)))(param_victims["powersgd"]))
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert ei.value.rule == "unknown-codec" and "2048 streams" in str(ei.value)
+    r = gcz("verify", str(path), check=False)
+    assert r.returncode == 5 and "unknown-codec" in r.stderr and "more than 1024" in r.stderr, r.stderr
+    assert len(r.stderr) < 10_000, len(r.stderr)  # each of 63 levels quotes its spec in part
+
+
+def test_a_bad_streams_message_lists_at_most_16_names(tmp_path, param_victims):
+    """Each list of stream names in a bad-streams message stops at 16, saying how many in all."""
+    def factors(j):  # 32 streams for gcz, which compares the names before the shape
+        T0(j)["codec"][0]["params"]["factors"] = "powersgd:factors=(" * 4 + "fp32" + ")" * 4
+    path = tmp_path / "factors.gcz"
+    path.write_bytes(_edit_index(factors)(param_victims["powersgd"]))
+    r = gcz("verify", str(path), check=False)
+    assert r.returncode == 4 and "bad-streams" in r.stderr, r.stderr
+    assert "p.q.q.q.q.values, ... (32 in all)]" in r.stderr, r.stderr
+
+    def copies(j):  # 40 listed, where the codec writes 2
+        T0(j)["streams"] = T0(j)["streams"] * 20
+    path = tmp_path / "copies.gcz"
+    path.write_bytes(_edit_index(copies)(param_victims["powersgd"]))
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert ei.value.rule == "bad-streams" and "'q.values', ... (40 in all)]" in str(ei.value), str(ei.value)
+
+
 def test_numbers_beyond_float64_in_the_index(tmp_path, param_victims):
     """gcz reads JSON numbers as float64 (or 64-bit integers): one beyond float64 anywhere in the
     index is index-json for both readers (it was an OverflowError in gczread for a parameter)."""

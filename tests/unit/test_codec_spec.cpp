@@ -151,6 +151,37 @@ TEST(MakeCodec, ValueCodecsNestAtMost64Deep) {
   EXPECT_FALSE(make_codec("powersgd", Params{{"fallback", value_spec(most + 1)}}, Backend::kCpu));
 }
 
+TEST(MakeCodec, CodecsWriteAtMost1024Streams) {
+  // PowerSGD's factors are P's and Q's value codec: each level doubles the streams, which the depth
+  // limit alone leaves at 2^63. 10 levels write 1024 streams, 11 are refused, and 63 are refused as
+  // fast (each level is made once, not once per factor: that took 3^depth).
+  auto factors = [](int levels) {
+    std::string spec = "fp16";
+    for (int i = 0; i < levels; ++i) spec = "powersgd:factors=(" + spec + ")";
+    return spec;
+  };
+  auto ok = make_codec("powersgd", Params{{"factors", factors(9)}}, Backend::kCpu);
+  ASSERT_TRUE(ok) << ok.status().message();
+  const std::vector<std::string> names = (*ok)->stream_names({});
+  std::string first, last;
+  for (int i = 0; i < 10; ++i) first += "p.", last += "q.";
+  ASSERT_EQ(names.size(), detail::kMaxCodecStreams);
+  EXPECT_EQ(names.front(), first + "values");
+  EXPECT_EQ(names.back(), last + "values");
+  for (int levels : {10, 62}) {
+    auto many = make_codec("powersgd", Params{{"factors", factors(levels)}}, Backend::kCpu);
+    ASSERT_FALSE(many);
+    EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(many.status().message().find("writes 2048 streams, more than 1024"), std::string::npos)
+        << many.status().message();
+  }
+  // Top-K's indices are one stream more than its value codec's.
+  auto topk = make_codec("topk", Params{{"values", factors(10)}}, Backend::kCpu);
+  ASSERT_FALSE(topk);
+  EXPECT_NE(topk.status().message().find("'topk' with its value codecs writes 1025 streams"), std::string::npos)
+      << topk.status().message();
+}
+
 TEST(MakeCodec, KnowsCastCodecsAndRejectsOthers) {
   for (const char* name : {"none", "fp32", "fp16", "bf16"}) {
     auto c = make_codec(name, {}, Backend::kCpu);

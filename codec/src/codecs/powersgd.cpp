@@ -34,6 +34,7 @@ struct Config {
   int64_t iters = 1;
   std::string view = "first";
   std::string factors;   // canonical one-stage value-codec spec
+  std::optional<ValueCodec> factor_codec;  // made from it, once: P's and Q's (each level made once)
   double min_rate = 2.0;
   std::string fallback;  // canonical one-stage spec
 
@@ -47,7 +48,7 @@ struct Config {
 Result<std::string> canonical_fallback(const Params& params) {
   auto it = params.find("fallback");
   const std::string text = it == params.end() ? std::string("fp16") : param_to_string(it->second);
-  const std::string where = "codec 'powersgd': fallback='" + text + "'";
+  const std::string where = "codec 'powersgd': fallback='" + detail::spec_excerpt(text) + "'";
   // The fallback is a level of codec nesting too (CODECS.md, "Value codecs").
   if (const int depth = 1 + nested_codec_depth(text); depth > detail::kMaxValueCodecDepth) {
     return invalid_argument("codec 'powersgd': fallback: value codecs nest " + std::to_string(depth) +
@@ -87,6 +88,7 @@ Result<Config> parse_config(const Params& p) {
   }
   GCZ_ASSIGN_OR_RETURN(ValueCodec factors, ValueCodec::make(kName, p, "factors", "fp32", Backend::kCpu));
   c.factors = factors.spec();
+  c.factor_codec = std::move(factors);
   GCZ_ASSIGN_OR_RETURN(c.fallback, canonical_fallback(p));
   return c;
 }
@@ -375,8 +377,8 @@ class PowerSgdCodec final : public Codec {
 Result<std::unique_ptr<Codec>> make_powersgd_codec(const Params& params, Backend) {
   GCZ_ASSIGN_OR_RETURN(Config c, parse_config(params));
   // The same value codec twice, under the stream prefixes p and q (and their own random streams).
-  GCZ_ASSIGN_OR_RETURN(ValueCodec p, ValueCodec::make(kName, {{"p", c.factors}}, "p", "fp32", Backend::kCpu));
-  GCZ_ASSIGN_OR_RETURN(ValueCodec q, ValueCodec::make(kName, {{"q", c.factors}}, "q", "fp32", Backend::kCpu));
+  ValueCodec p = c.factor_codec->with_key("p");
+  ValueCodec q = c.factor_codec->with_key("q");
   pin_blas_threads();
   return std::unique_ptr<Codec>(new PowerSgdCodec(std::move(c), std::move(p), std::move(q)));
 }

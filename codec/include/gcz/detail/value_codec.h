@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gcz/codec.h"
@@ -16,6 +17,18 @@ namespace gcz::detail {
 
 // Value codecs nest at most this deep below a tensor's codec (topk:values=(topk:values=(fp16)): 2).
 inline constexpr int kMaxValueCodecDepth = 64;
+// A codec writes at most this many streams, its value codecs' included: PowerSGD's two factors double
+// them at each level, so depth alone does not bound them (CODECS.md, "Value codecs").
+inline constexpr std::size_t kMaxCodecStreams = 1024;
+
+// `text` for a message: whole up to 80 bytes, else its first 64 (whole UTF-8 characters) and "...", so
+// that messages quoting each level of a deep spec stay short.
+inline std::string spec_excerpt(std::string_view text) {
+  if (text.size() <= 80) return std::string(text);
+  std::size_t n = 64;
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;  // text[n] starts a character
+  return std::string(text.substr(0, n)) + "...";
+}
 
 class ValueCodec {
  public:
@@ -24,6 +37,10 @@ class ValueCodec {
   // kMaxValueCodecDepth - 1 levels of value codecs inside it.
   static Result<ValueCodec> make(std::string_view outer, const Params& params, const std::string& key,
                                  std::string_view def, Backend backend);
+
+  // The same codec under another parameter name: streams prefixed "<key>.", draws keyed by it. The
+  // two share the inner codec, so they must not encode or decode at the same time.
+  ValueCodec with_key(std::string key) const;
 
   const std::string& spec() const { return spec_; }  // canonical, as recorded in the index
   std::size_t stream_count() const { return names_.size(); }
