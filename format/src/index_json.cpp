@@ -2,13 +2,13 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "gcz/detail/utf8.h"
+#include "json_shape.h"
 
 namespace gcz::detail {
 namespace {
@@ -135,68 +135,15 @@ uint64_t tensor_entry_bytes(const TensorRecord& record) {
 
 constexpr const char* kNotJson = "the index is not a valid JSON object";
 
-// What FORMAT.md §5 asks of the JSON beyond RFC 8259, checked in one pass that builds nothing: no
-// object has a key twice (RFC 8259 leaves that to each parser, and most keep the last: gcz refuses it,
-// so that every reader sees the same index), and arrays and objects nest at most kMaxIndexDepth deep.
-// (nlohmann's parser callback could see the keys, but erases from the enclosing object at every
-// object's end, a scan that made an object of many object members take quadratic time.)
-class IndexShape {
- public:
-  bool null() { return true; }
-  bool boolean(bool) { return true; }
-  bool number_integer(json::number_integer_t) { return true; }
-  bool number_unsigned(json::number_unsigned_t) { return true; }
-  bool number_float(json::number_float_t, const json::string_t&) { return true; }
-  bool string(json::string_t&) { return true; }
-  bool binary(json::binary_t&) { return true; }
-  bool start_object(std::size_t) {
-    objects_.emplace_back();
-    return enter();
-  }
-  bool key(json::string_t& k) {
-    if (objects_.back().insert(k).second) return true;
-    problem_ = "an object of the index has the key '" + k + "' twice";
-    return false;
-  }
-  bool end_object() {
-    objects_.pop_back();
-    --depth_;
-    return true;
-  }
-  bool start_array(std::size_t) { return enter(); }
-  bool end_array() {
-    --depth_;
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
-    problem_ = kNotJson;
-    return false;
-  }
-
-  // Why the index breaks the rules, or "" where it keeps them.
-  const std::string& problem() const { return problem_; }
-
- private:
-  bool enter() {
-    if (++depth_ <= kMaxIndexDepth) return true;
-    problem_ = "arrays and objects in the index nest more than " + std::to_string(kMaxIndexDepth) + " deep";
-    return false;
-  }
-
-  std::vector<std::set<std::string>> objects_;  // the keys of each object open, innermost last
-  std::size_t depth_ = 0;
-  std::string problem_;
-};
-
 Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, const std::string& path) {
   // The parser stops at a NUL byte as at the end of the text; JSON text holds none.
   if (text.find('\0') != std::string::npos) {
     return rule_error(StatusCode::kFormatError, path, "", "index-json", kNotJson);
   }
-  IndexShape shape;
+  JsonShape shape("the index", kMaxIndexDepth);  // FORMAT.md §5: no key twice, at most 512 deep
   if (!json::sax_parse(text, &shape) || !shape.problem().empty()) {
     return rule_error(StatusCode::kFormatError, path, "", "index-json",
-                      shape.problem().empty() ? kNotJson : shape.problem());
+                      shape.problem().empty() || !shape.syntax_error().empty() ? kNotJson : shape.problem());
   }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return rule_error(StatusCode::kFormatError, path, "", "index-json", kNotJson);

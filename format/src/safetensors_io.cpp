@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "json_shape.h"
 #include "tensor_io_common.h"
 
 namespace gcz::detail {
@@ -106,22 +107,23 @@ Result<Entry> parse_entry(const std::string& path, const std::string& name, cons
 
 // Parses the header, rejecting duplicate tensor names (which a JSON object would silently merge).
 Result<json> parse_header_json(const std::string& path, const char* text, std::size_t size) {
-  std::set<std::string> names;
-  std::string duplicate;
-  auto note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
+  // A header nests 3 deep ({name: {"shape": [...]}}); any object with a key twice is refused, as the
+  // reference implementation refuses a tensor named twice or an entry with a field twice.
+  JsonShape shape("the safetensors header", 64);
+  if (!json::sax_parse(text, text + size, &shape) || !shape.problem().empty()) {
+    if (!shape.syntax_error().empty()) {
+      return format_error(path + ": safetensors header is not valid JSON: " + shape.syntax_error());
     }
-    return true;
-  };
-  try {
-    json header = json::parse(text, text + size, note_keys);
-    if (!duplicate.empty()) return format_error(tensor_context(path, duplicate) + ": duplicate name in the header");
-    if (!header.is_object()) return format_error(path + ": safetensors header is not a JSON object");
-    return header;
-  } catch (const json::exception& e) {
-    return format_error(path + ": safetensors header is not valid JSON: " + e.what());
+    if (shape.duplicate_depth() == 1) {
+      return format_error(tensor_context(path, shape.duplicate()) + ": duplicate name in the header");
+    }
+    if (shape.outer_key().empty()) return format_error(path + ": " + shape.problem());
+    return format_error(tensor_context(path, shape.outer_key()) + ": " + shape.problem());
   }
+  json header = json::parse(text, text + size, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded()) return format_error(path + ": safetensors header is not valid JSON");
+  if (!header.is_object()) return format_error(path + ": safetensors header is not a JSON object");
+  return header;
 }
 
 // Byte ranges must not share bytes (empty ranges may sit anywhere outside other ranges' interiors).

@@ -194,7 +194,14 @@ TEST_F(SafetensorsTest, RejectsBadJson) {
       "shape dimension");
   const std::string dup = R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
                               "a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})";
-  expect_format_error(safetensors_bytes(dup, std::string(8, '\0')), "duplicate");
+  expect_format_error(safetensors_bytes(dup, std::string(8, '\0')), "tensor 'a': duplicate name in the header");
+  // A field twice in an entry: which one counts would be up to the parser (the reference refuses it).
+  const std::string field = R"({"a": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}})";
+  expect_format_error(safetensors_bytes(field, std::string(4, '\0')),
+                      "tensor 'a': an object of the safetensors header has the key 'dtype' twice");
+  const std::string deep = "{\"a\": " + std::string(100, '[') + std::string(100, ']') + "}";
+  expect_format_error(safetensors_bytes(deep, ""),
+                      "tensor 'a': arrays and objects in the safetensors header nest more");
 }
 
 TEST_F(SafetensorsTest, RejectsBadOffsets) {
