@@ -1,6 +1,7 @@
 #include "index_json.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -34,6 +35,37 @@ json metrics_to_json(const Metrics& m) {
               {"max_abs_error", num(m.max_abs_error)}, {"snr_db", num(m.snr_db)},
               {"norm_ratio", num(m.norm_ratio)}, {"mean_error", num(m.mean_error)},
               {"nonfinite", m.nonfinite}};
+}
+
+// The stored metrics, which are informative (FORMAT.md §5.5): kept for `gcz info --json` where they
+// have the fields and types metrics_to_json writes (null: not finite), and dropped otherwise.
+std::optional<Metrics> metrics_from_json(const json& j) {
+  if (!j.is_object()) return std::nullopt;
+  Metrics m;
+  bool ok = true;
+  auto count = [&](const char* key, uint64_t& v) {
+    auto it = j.find(key);
+    ok = ok && it != j.end() && it->is_number_unsigned();
+    if (ok) v = it->get<uint64_t>();
+  };
+  auto number = [&](const char* key, double& v) {
+    auto it = j.find(key);
+    ok = ok && it != j.end() && (it->is_number() || it->is_null());
+    if (ok) v = it->is_null() ? std::nan("") : it->get<double>();
+  };
+  count("numel", m.numel);
+  count("bytes_in", m.bytes_in);
+  count("bytes_out", m.bytes_out);
+  number("ratio", m.ratio);
+  number("bits_per_element", m.bits_per_element);
+  number("rel_l2", m.rel_l2);
+  number("cosine", m.cosine);
+  number("max_abs_error", m.max_abs_error);
+  number("snr_db", m.snr_db);
+  number("norm_ratio", m.norm_ratio);
+  number("mean_error", m.mean_error);
+  count("nonfinite", m.nonfinite);
+  return ok ? std::optional<Metrics>(m) : std::nullopt;
 }
 
 std::string hex64(uint64_t v) {
@@ -231,6 +263,7 @@ Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, c
         sr.xxh3 = *h;
         rec.streams.push_back(std::move(sr));
       }
+      if (auto m = t.find("metrics"); m != t.end()) rec.metrics = metrics_from_json(*m);
       index.tensors.push_back(std::move(rec));
     }
   } catch (const SchemaError& e) {

@@ -580,6 +580,26 @@ def test_repeatable_options_take_one_value_each(lossless, tmp_path):
     assert "run=7" in gcz("info", tmp_path / "m.gcz", check=True).stdout
 
 
+@needs_samples
+def test_info_json_shows_the_stored_metrics(tmp_path):
+    """`info --json` prints the index with each tensor's stored metrics (FORMAT.md §5.5), the
+    numbers encode reported; a metrics object gcz cannot read is left out, not an error."""
+    rep = json.loads(gcz("encode", SAMPLE, "-o", tmp_path / "m.gcz", "-c", "qsgd", "--json", check=True).stdout)
+    info = json.loads(gcz("info", tmp_path / "m.gcz", "--json", check=True).stdout)
+    stored = {t["name"]: t["metrics"] for t in info["tensors"]}
+    for t in rep["tensors"]:
+        want = {k: v for k, v in t["metrics"].items() if k != "decoded_nonfinite"}
+        assert stored[t["name"]] == want, t["name"]
+
+    def odd(text: bytes) -> bytes:
+        index = json.loads(text)
+        index["tensors"][0]["metrics"] = {"rel_l2": "small"}
+        return json.dumps(index, separators=(",", ":")).encode()
+    with_index(tmp_path / "m.gcz", tmp_path / "odd.gcz", odd)
+    info = json.loads(gcz("info", tmp_path / "odd.gcz", "--json", check=True).stdout)
+    assert "metrics" not in info["tensors"][0] and "metrics" in info["tensors"][1]
+
+
 def test_decode_to_h5(lossless, tmp_path):
     gz, want = lossless
     gcz("decode", gz, "-o", tmp_path / "r.h5", check=True)
