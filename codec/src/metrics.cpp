@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "cpu_features.h"
 #include "gcz/detail/float_bits.h"
@@ -36,8 +37,10 @@ inline void add_one(Lanes& a, int l, double x_raw, double y_raw, Counts& c) {
   a.xy[l] += x * y;
   a.ee[l] += e * e;
   a.e[l] += e;
-  const double abs = std::fabs(e);
+  const double abs = std::fabs(e), ax = std::fabs(x), ay = std::fabs(y);
   a.max_abs[l] = abs > a.max_abs[l] ? abs : a.max_abs[l];
+  a.max_x[l] = ax > a.max_x[l] ? ax : a.max_x[l];
+  a.max_y[l] = ay > a.max_y[l] ? ay : a.max_y[l];
 }
 
 #if defined(__x86_64__)
@@ -61,6 +64,7 @@ template <class Lanes, class Counts, class T>
 [[gnu::target("avx2,f16c")]] void accumulate_avx2(Lanes& a, const T* x, const T* y, uint64_t n, Counts& c) {
   __m256d xx = _mm256_loadu_pd(a.xx), yy = _mm256_loadu_pd(a.yy), xy = _mm256_loadu_pd(a.xy);
   __m256d ee = _mm256_loadu_pd(a.ee), e = _mm256_loadu_pd(a.e), mx = _mm256_loadu_pd(a.max_abs);
+  __m256d mxx = _mm256_loadu_pd(a.max_x), mxy = _mm256_loadu_pd(a.max_y);
   const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
   const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
   __m256i finite_count = _mm256_setzero_si256(), decoded_bad = _mm256_setzero_si256();
@@ -76,6 +80,10 @@ template <class Lanes, class Counts, class T>
     ee = _mm256_add_pd(ee, _mm256_mul_pd(ev, ev));
     e = _mm256_add_pd(e, ev);
     mx = _mm256_max_pd(_mm256_and_pd(ev, abs_mask), mx);
+    if constexpr (std::is_same_v<T, double>) {  // narrower dtypes' squares always hold (finish())
+      mxx = _mm256_max_pd(_mm256_and_pd(xv, abs_mask), mxx);
+      mxy = _mm256_max_pd(_mm256_and_pd(yv, abs_mask), mxy);
+    }
     finite_count = _mm256_sub_epi64(finite_count, _mm256_castpd_si256(finite));  // a true lane is -1
     decoded_bad = _mm256_sub_epi64(decoded_bad, _mm256_castpd_si256(_mm256_andnot_pd(y_finite, finite)));
   }
@@ -85,6 +93,8 @@ template <class Lanes, class Counts, class T>
   _mm256_storeu_pd(a.ee, ee);
   _mm256_storeu_pd(a.e, e);
   _mm256_storeu_pd(a.max_abs, mx);
+  _mm256_storeu_pd(a.max_x, mxx);
+  _mm256_storeu_pd(a.max_y, mxy);
   alignas(32) uint64_t counts[4], bad[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(counts), finite_count);
   _mm256_store_si256(reinterpret_cast<__m256i*>(bad), decoded_bad);
@@ -179,7 +189,7 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   m.ratio = bytes_out ? static_cast<double>(bytes_in) / static_cast<double>(bytes_out) : 0.0;
   m.bits_per_element = numel_ ? 8.0 * static_cast<double>(bytes_out) / static_cast<double>(numel_) : 0.0;
   // Each block's lanes in order, then the blocks in order.
-  double sum_xx = 0, sum_yy = 0, sum_xy = 0, sum_ee = 0, sum_e = 0, max_abs = 0;
+  double sum_xx = 0, sum_yy = 0, sum_xy = 0, sum_ee = 0, sum_e = 0, max_abs = 0, max_x = 0, max_y = 0;
   auto fold = [&](const Lanes& a) {
     double b[5] = {};
     for (int l = 0; l < kLanes; ++l) {
@@ -188,7 +198,9 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
       b[2] += a.xy[l];
       b[3] += a.ee[l];
       b[4] += a.e[l];
-      max_abs = a.max_abs[l] > max_abs ? a.max_abs[l] : max_abs;
+      max_abs = std::max(a.max_abs[l], max_abs);  // NaN-free: the lanes' maxima are never NaN
+      max_x = std::max(a.max_x[l], max_x);
+      max_y = std::max(a.max_y[l], max_y);
     }
     sum_xx += b[0];
     sum_yy += b[1];
@@ -204,6 +216,21 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   m.cosine = (nx > 0 && ny > 0) ? sum_xy / (nx * ny) : (nx == 0 && ny == 0 ? 1.0 : 0.0);
   m.norm_ratio = nx > 0 ? ny / nx : (ny > 0 ? kInf : 1.0);
   m.snr_db = ne > 0 ? (nx > 0 ? 10.0 * std::log10(sum_xx / sum_ee) : -kInf) : kInf;
+  // A sum of float64 squares holds while the largest magnitude is 0, within 2^±480 (its square is then
+  // a normal number, and 2^48 such squares stay finite) or Inf (an x̂ or error beyond float64: the
+  // ratios are then Inf or NaN as they should be). Only float64 tensors go beyond in between
+  // (1e±144); their ratios are then not measured (NaN, null in JSON), never a wrong "lossless". A NaN
+  // x̂ makes the sums NaN: the ratios are NaN too, not the zero-vector conventions above.
+  auto held = [](double most) { return most == 0 || std::isinf(most) || (most >= 0x1p-480 && most <= 0x1p480); };
+  if (max_abs == 0 && !std::isnan(sum_ee)) {  // x̂ = x where x is finite, whatever the sums say
+    m.rel_l2 = 0;
+    m.cosine = m.norm_ratio = 1;
+    m.snr_db = kInf;
+  } else if (!held(max_x) || !held(max_y) || std::isnan(sum_yy) || std::isnan(sum_ee) ||
+             // errors below 2^-480 may underflow harmlessly where they are below 2^-64 of x's largest
+             !(held(max_abs) || (max_abs < 0x1p-480 && max_abs <= max_x * 0x1p-64))) {
+    m.rel_l2 = m.cosine = m.norm_ratio = m.snr_db = std::nan("");
+  }
   m.max_abs_error = max_abs;
   const uint64_t finite = numel_ - counts_.nonfinite;
   m.mean_error = finite ? sum_e / static_cast<double>(finite) : 0.0;

@@ -87,6 +87,50 @@ TEST(Metrics, DecodedNonFiniteWhereTheInputIsFiniteIsCounted) {
   EXPECT_TRUE(std::isinf(m.max_abs_error));
 }
 
+// float64 squares leave float64 beyond 1e±154: the ratios are then not measured (NaN), never the
+// "lossless" a sum that underflowed to 0 would give, or the NaN an overflow gives by chance; x̂ = x
+// keeps the lossless conventions at any magnitude.
+TEST(Metrics, Float64BeyondWhatSquaresHoldIsNotMeasured) {
+  auto metrics = [](const std::vector<double>& x, const std::vector<double>& y) {
+    MetricsAccumulator acc;
+    acc.add(DType::kFloat64, x.data(), y.data(), x.size());
+    return acc.finish(8 * x.size(), 8 * x.size());
+  };
+  const std::vector<double> tiny(9, 1e-200), zeros(9, 0.0), huge = {1e200, 1, -2, 3, 4, 5, 6, 7, 8};
+  for (const Metrics& m : {metrics(tiny, zeros), metrics(huge, {0, 1, -2, 3, 4, 5, 6, 7, 8})}) {
+    EXPECT_TRUE(std::isnan(m.rel_l2) && std::isnan(m.cosine) && std::isnan(m.norm_ratio) && std::isnan(m.snr_db))
+        << m.rel_l2 << " " << m.cosine << " " << m.norm_ratio << " " << m.snr_db;
+  }
+  EXPECT_EQ(metrics(tiny, zeros).max_abs_error, 1e-200);
+  for (const std::vector<double>& x : {tiny, huge, zeros}) {
+    const Metrics m = metrics(x, x);
+    EXPECT_EQ(m.rel_l2, 0.0);
+    EXPECT_EQ(m.cosine, 1.0);
+    EXPECT_EQ(m.norm_ratio, 1.0);
+    EXPECT_TRUE(std::isinf(m.snr_db));
+  }
+  // Within 2^±480 the sums hold, and the ratios are measured.
+  const Metrics m = metrics(std::vector<double>(9, 1e-140), std::vector<double>(9, 2e-140));
+  EXPECT_DOUBLE_EQ(m.rel_l2, 1.0);
+  EXPECT_DOUBLE_EQ(m.norm_ratio, 2.0);
+  EXPECT_DOUBLE_EQ(m.cosine, 1.0);
+  // An error below 2^-480 that is below 2^-64 of x's largest element is measured (as about 0).
+  std::vector<double> x(9, 1.0), y(9, 1.0);
+  x[0] = 1e-150;
+  y[0] = 2e-150;
+  EXPECT_LT(metrics(x, y).rel_l2, 1e-149);
+}
+
+// A NaN in x̂ where x is finite: no ratio is measured (cosine had fallen to the zero-vector 0).
+TEST(Metrics, ADecodedNanLeavesTheRatiosUnmeasured) {
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8}, y = {1, 2, 3, std::nanf(""), 5, 6, 7, 8};
+  MetricsAccumulator acc;
+  acc.add(DType::kFloat32, x.data(), y.data(), x.size());
+  const Metrics m = acc.finish(32, 32);
+  EXPECT_TRUE(std::isnan(m.rel_l2) && std::isnan(m.cosine) && std::isnan(m.norm_ratio) && std::isnan(m.snr_db));
+  EXPECT_EQ(m.decoded_nonfinite, 1u);
+}
+
 TEST(Metrics, HalfPrecisionInputs) {
   const std::vector<uint16_t> x = {0x3C00, 0x4000};  // fp16 1, 2
   const std::vector<uint16_t> y = {0x3C00, 0x3C00};
