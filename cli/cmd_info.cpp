@@ -1,10 +1,10 @@
 // gcz info: what a .gcz file holds.
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "common.h"
+#include "gcz/codec_spec.h"
 #include "gcz/container.h"
 #include "report.h"
 
@@ -32,7 +32,7 @@ void print_table(const GczReader& r) {
     if (stored) std::snprintf(ratio, sizeof ratio, "%.2f", in / static_cast<double>(stored));
     else std::snprintf(ratio, sizeof ratio, "-");
     rows.push_back({printable(t.info.name), std::string(dtype_name(t.info.dtype)), shape_to_string(t.info.shape),
-                    printable(chain_to_string(t.chain)), printable(streams), human_bytes(stored), ratio});
+                    printable(brief_spec(chain_to_string(t.chain))), printable(streams), human_bytes(stored), ratio});
   }
   std::printf("\n");
   print_columns(stdout, rows, 5);

@@ -198,6 +198,30 @@ int nested_codec_depth(std::string_view text) {
   return deepest;
 }
 
+std::string brief_spec(std::string_view text) {
+  auto spec = parse_codec_spec(text);
+  if (!spec) return std::string(text);
+  auto nested = [](const std::string& key) { return key == "values" || key == "factors" || key == "fallback"; };
+  for (StageSpec& stage : spec->stages) {
+    Params defaults;
+    if (stage.name == "zstd") {
+      defaults["level"] = int64_t{kDefaultZstdLevel};
+    } else if (auto made = make_codec(stage.name, {}, Backend::kCpu)) {
+      defaults = (*made)->params();
+    }
+    for (auto it = stage.params.begin(); it != stage.params.end();) {
+      auto def = defaults.find(it->first);
+      if (nested(it->first) && std::holds_alternative<std::string>(it->second)) {
+        it->second = brief_spec(std::get<std::string>(it->second));
+        if (def != defaults.end()) def->second = brief_spec(param_to_string(def->second));
+      }
+      const bool is_default = def != defaults.end() && param_to_string(it->second) == param_to_string(def->second);
+      it = is_default ? stage.params.erase(it) : std::next(it);  // by text: min_rate=2 is the default 2.0
+    }
+  }
+  return spec->to_string();
+}
+
 Result<EncodingPlan> check_encoding_plan(std::string_view text) {
   GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, parse_encoding_plan(text));
   const std::string where = "codec spec '" + detail::spec_excerpt(text) + "': ";

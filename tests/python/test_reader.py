@@ -1228,7 +1228,8 @@ def test_gcz_writes_numbers_without_plus(tmp_path):
 
 def test_codec_spec_is_written_as_gcz_writes_it(tmp_path):
     """TensorInfo.codec_spec writes numbers as gcz does (shortest form that reads back, no '+':
-    1e20, 1e-05), so that it is a spec gcz takes back, and the one `gcz info` prints."""
+    1e20, 1e-05), so that it is a spec gcz takes back, and the one `gcz info --json` prints (its
+    table leaves out the parameters at their defaults)."""
     src = SAMPLES / "step_0000.safetensors"
     tail = ",packing=base3,rounding=stochastic,scale=tensor"
     rules = {"embed.weight": ("terngrad:clip=1e20", "terngrad:clip=1e20" + tail),
@@ -1240,11 +1241,15 @@ def test_codec_spec_is_written_as_gcz_writes_it(tmp_path):
     args = [a for name, (spec, _) in rules.items() for a in ("--rule", f"{name}={spec}")]
     path = encode_seed(tmp_path, src, "fp16", "spec", 0, *args)
     listing = gcz("info", str(path)).stdout
+    index = {t["name"]: t for t in json.loads(gcz("info", str(path), "--json").stdout)["tensors"]}
+    brief = {"embed.weight": "terngrad:clip=1e20", "pos_embed.weight": "terngrad:clip=0.01",
+             "head.bias": "terngrad:clip=1e-05+zstd:level=5", "head.weight": "topk:ratio=0.5,values=terngrad"}
     with GczFile(path) as f:
         for name, (spec, want) in rules.items():
             info = f.info(name)
             assert info.codec_spec == want, name
-            assert want in listing
+            assert list(info.codec) == index[name]["codec"], name
+            assert f"  {brief[name]}  " in listing, (brief[name], listing)
             again = encode_seed(tmp_path, src, info.codec_spec, "again_" + name.replace(".", "_"))
             with GczFile(again) as g:  # gcz takes it back, and records the same chain
                 assert g.info(name).codec == info.codec

@@ -183,6 +183,34 @@ TEST(MakeCodec, CodecsWriteAtMost1024Streams) {
       << topk.status().message();
 }
 
+TEST(CodecSpec, BriefSpecLeavesOutDefaults) {
+  EXPECT_EQ(brief_spec("qsgd:bits=8,group=128,rounding=stochastic,scale=max,scale_dtype=fp32"), "qsgd");
+  EXPECT_EQ(brief_spec("qsgd:bits=4,group=128,rounding=nearest,scale=max,scale_dtype=fp32"),
+            "qsgd:bits=4,rounding=nearest");
+  EXPECT_EQ(brief_spec("topk:k=5,values=(qsgd:bits=8,group=128,rounding=stochastic,scale=max,scale_dtype=fp32)"),
+            "topk:k=5,values=qsgd");
+  EXPECT_EQ(brief_spec("topk:k=5,values=(qsgd:bits=4,group=128,rounding=stochastic,scale=max,scale_dtype=fp32)"),
+            "topk:k=5,values=(qsgd:bits=4)");
+  EXPECT_EQ(brief_spec("randomk:ratio=0.01,scale=none,values=fp32"), "randomk");
+  EXPECT_EQ(brief_spec("powersgd:factors=bf16,fallback=fp16,iters=1,min_rate=2,rank=4,view=first"),
+            "powersgd:factors=bf16");
+  EXPECT_EQ(brief_spec("none+zstd:level=3"), "none+zstd");
+  EXPECT_EQ(brief_spec("none+zstd:level=19"), "none+zstd:level=19");
+  EXPECT_EQ(brief_spec("fp16"), "fp16");
+  EXPECT_EQ(brief_spec("no such:spec("), "no such:spec(");  // not a spec: as it is
+  // The brief spec is the same codec: its canonical form is the original's.
+  auto canonical = [](const std::string& text) {
+    auto spec = parse_codec_spec(text);
+    auto codec = make_codec(spec->stages[0].name, spec->stages[0].params, Backend::kCpu);
+    return CodecSpec{{{std::string((*codec)->name()), (*codec)->params()}}}.to_string();
+  };
+  for (const char* full : {"qsgd:bits=4,group=128,rounding=nearest,scale=max,scale_dtype=fp32",
+                           "topk:k=5,values=(qsgd:bits=8,group=128,rounding=stochastic,scale=max,scale_dtype=fp32)",
+                           "powersgd:factors=bf16,fallback=fp16,iters=1,min_rate=2,rank=4,view=first"}) {
+    EXPECT_EQ(canonical(brief_spec(full)), full);
+  }
+}
+
 TEST(MakeCodec, KnowsCastCodecsAndRejectsOthers) {
   for (const char* name : {"none", "fp32", "fp16", "bf16"}) {
     auto c = make_codec(name, {}, Backend::kCpu);

@@ -37,6 +37,11 @@ Result<CodecSpec> parse_codec_spec(std::string_view text);
 // "topk:values=(topk:values=(fp16))" is 2, "qsgd:scale=(max)" 0. Counted before anything recurses.
 int nested_codec_depth(std::string_view text);
 
+// `text` with every parameter left out that has its default, in nested value codecs too
+// ("topk:k=5,values=(qsgd:bits=8,group=128,...)" gives "topk:k=5,values=qsgd"): the same codec, in
+// words a table has room for. `text` itself where it is not a spec gcz can make.
+std::string brief_spec(std::string_view text);
+
 // A spec split into what the encoder does: the element codec, then an optional zstd stage on every
 // stream (stored compressed only where that makes the stream smaller).
 struct EncodingPlan {
