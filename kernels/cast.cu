@@ -25,7 +25,7 @@ template <> struct BitsOf<DType::kFloat64> { using type = uint64_t; };
 template <DType D> using Bits = typename BitsOf<D>::type;
 
 // Widens a float16/bfloat16/float32 element to float exactly, and narrows a float64 one to float
-// (convert.cpp: narrow_to_f32).
+// (float_bits.h: f64_to_f32, round to nearest even).
 template <DType From>
 __device__ __forceinline__ float to_f32(Bits<From> x) {
   if constexpr (From == DType::kFloat16) return detail::f16_to_f32(x);

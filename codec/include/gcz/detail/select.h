@@ -7,7 +7,8 @@
 // all elements finds the bucket that holds the k-th smallest key; the keys of that bucket are set
 // aside and narrowed digit by digit to the exact threshold key T and the number of ties at T to take.
 // Selected are every element with key < T and the first `ties` (in index order) with key == T. No
-// sort: two passes over the input (three when one bucket holds most of it) plus work on the bucket.
+// sort: two passes over the input (three when one bucket holds more than an eighth of it) plus work
+// on the bucket.
 //
 //   auto key_at = [&](uint64_t i) { return gcz::detail::magnitude_key_f32(bits[i]); };
 //   std::vector<uint64_t> idx = gcz::detail::select_smallest<uint32_t>(n, k, key_at);  // ascending
@@ -106,6 +107,26 @@ constexpr int top_shift() {
   return 8 * static_cast<int>(sizeof(Key)) - kDigitBits;
 }
 
+// The threshold, once the top-digit histogram `hist` has named the bucket `digit` of the k-th smallest
+// key, `need` of whose keys are still to take: one pass sets the bucket's keys aside.
+template <class Key, class KeyAt>
+Threshold<Key> threshold_in_bucket(uint64_t n, const KeyAt& key_at, const std::vector<uint64_t>& hist, Key digit,
+                                   uint64_t need) {
+  constexpr int kShift = top_shift<Key>();
+  // Branch-free: every key is written, and the next one goes over it unless it is in the bucket (a
+  // bucket of many scattered members mispredicts a branch about as often as not). hist[digit]
+  // counted them, so the writes stay within hist[digit] + 1.
+  std::vector<Key> cand(hist[digit] + 1);
+  uint64_t m = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const Key key = key_at(i);
+    cand[m] = key;
+    m += (key >> kShift) == digit;
+  }
+  cand.resize(m);
+  return narrow<Key>(std::move(cand), kShift, static_cast<Key>(digit << kShift), need);
+}
+
 }  // namespace select_internal
 
 // The threshold of the k smallest keys among key_at(0 .. n-1); requires 1 <= k <= n. Two passes over
@@ -113,17 +134,10 @@ constexpr int top_shift() {
 template <class Key, class KeyAt>
 Threshold<Key> find_threshold(uint64_t n, uint64_t k, const KeyAt& key_at) {
   using namespace select_internal;
-  constexpr int kShift = top_shift<Key>();
-  const std::vector<uint64_t> hist = top_histogram<Key>(n, kShift, key_at);
+  const std::vector<uint64_t> hist = top_histogram<Key>(n, top_shift<Key>(), key_at);
   uint64_t need = k;
   const Key digit = static_cast<Key>(pick_bucket(hist, need));
-  std::vector<Key> cand;
-  cand.reserve(hist[digit]);
-  for (uint64_t i = 0; i < n; ++i) {
-    const Key key = key_at(i);
-    if ((key >> kShift) == digit) cand.push_back(key);
-  }
-  return narrow<Key>(std::move(cand), kShift, static_cast<Key>(digit << kShift), need);
+  return threshold_in_bucket<Key>(n, key_at, hist, digit, need);
 }
 
 // Calls emit(i) for each selected element in ascending order of i: every key < t.key and the first
@@ -148,7 +162,8 @@ void for_each_selected(uint64_t n, Threshold<Key> t, const KeyAt& key_at, Emit&&
 // second pass takes every element of a smaller bucket and sets aside (key, index) of the elements in
 // that bucket. The threshold is found among those candidates, the ones it selects (in index order)
 // are merged with the rest. When the bucket is a large part of the tensor (few distinct keys), the
-// candidates' indices are not kept: find_threshold, then a third pass, bound the memory instead.
+// candidates' indices are not kept: a pass for the bucket's keys alone, then a third pass that
+// selects, bound the memory instead.
 template <class Key, class KeyAt>
 std::vector<uint64_t> select_smallest(uint64_t n, uint64_t k, const KeyAt& key_at) {
   using namespace select_internal;
@@ -164,27 +179,38 @@ std::vector<uint64_t> select_smallest(uint64_t n, uint64_t k, const KeyAt& key_a
   const std::vector<uint64_t> hist = top_histogram<Key>(n, kShift, key_at);
   uint64_t need = k;
   const Key digit = static_cast<Key>(pick_bucket(hist, need));
+  // The passes below write branch-free, as threshold_in_bucket does: each index is written, and kept
+  // by advancing past it. They write at most k, k - need and hist[digit] entries, plus one.
   if (hist[digit] > n / 8 + 1024) {
-    const Threshold<Key> t = find_threshold<Key>(n, k, key_at);
-    for_each_selected(n, t, key_at, [&](uint64_t i) { out.push_back(i); });
+    const Threshold<Key> t = threshold_in_bucket<Key>(n, key_at, hist, digit, need);
+    out.resize(k + 1);
+    uint64_t m = 0, ties = t.ties;
+    for (uint64_t i = 0; i < n; ++i) {  // for_each_selected, branch-free
+      const Key key = key_at(i);
+      const bool tie = (key == t.key) & (ties != 0);
+      out[m] = i;
+      m += (key < t.key) | tie;
+      ties -= tie;
+    }
+    out.resize(m);
     return out;
   }
-  std::vector<Key> cand_key;
-  std::vector<uint64_t> cand_index;
-  cand_key.reserve(hist[digit]);
-  cand_index.reserve(hist[digit]);
+  out.resize(k - need + 1);
+  std::vector<Key> cand_key(hist[digit] + 1);
+  std::vector<uint64_t> cand_index(hist[digit] + 1);
+  uint64_t sure = 0, c = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const Key key = key_at(i);
     const Key d = static_cast<Key>(key >> kShift);
-    if (d < digit) {
-      out.push_back(i);
-    } else if (d == digit) {
-      cand_key.push_back(key);
-      cand_index.push_back(i);
-    }
+    out[sure] = i;
+    sure += d < digit;
+    cand_key[c] = key;
+    cand_index[c] = i;
+    c += d == digit;
   }
+  out.resize(sure);
+  cand_key.resize(c);
   const Threshold<Key> t = narrow<Key>(cand_key, kShift, static_cast<Key>(digit << kShift), need);
-  const std::size_t sure = out.size();
   const Key* ck = cand_key.data();
   for_each_selected(cand_key.size(), t, [ck](uint64_t j) { return ck[j]; },
                     [&](uint64_t j) { out.push_back(cand_index[j]); });
