@@ -10,6 +10,7 @@
 #include <map>
 #include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "commands.h"
@@ -34,16 +35,22 @@ extern "C" void on_stop_signal(int sig) {
 
 void stop_cleanly_on_signals() {
   if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) return;
-  std::thread([] {
-    unsigned char b = 0;
-    ssize_t n;
-    while ((n = ::read(g_stop_pipe[0], &b, 1)) < 0 && errno == EINTR) {
-    }
-    if (n != 1) return;
-    gcz::remove_unfinished_outputs(/*for_good=*/true);
-    std::signal(b, SIG_DFL);
-    std::raise(b);
-  }).detach();
+  try {
+    std::thread([] {
+      unsigned char b = 0;
+      ssize_t n;
+      while ((n = ::read(g_stop_pipe[0], &b, 1)) < 0 && errno == EINTR) {
+      }
+      if (n != 1) return;
+      gcz::remove_unfinished_outputs(/*for_good=*/true);
+      std::signal(b, SIG_DFL);
+      std::raise(b);
+    }).detach();
+  } catch (const std::system_error&) {  // no thread to be had: the signals keep their defaults
+    ::close(g_stop_pipe[0]);
+    ::close(g_stop_pipe[1]);
+    return;
+  }
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -23,13 +24,24 @@ inline uint64_t part_begin(unsigned parts, uint64_t n, uint64_t align, unsigned 
   return k == parts ? n : n / parts * k / align * align;
 }
 
+// Starts f() on a thread of its own, kept in `pool` to be joined; where the process can make no more
+// threads (std::thread throws), runs f() here instead: a thread changes how fast, never what.
+template <class F>
+void start_or_run(std::vector<std::thread>& pool, const F& f) {
+  try {
+    pool.emplace_back(f);
+  } catch (const std::system_error&) {
+    f();
+  }
+}
+
 // Splits [0, n) into `parts` ranges at part_begin and runs f(k, begin, end) for each: part 0 on the
 // calling thread, the others on threads of their own; returns when all are done.
 template <class F>
 void run_parts(unsigned parts, uint64_t n, uint64_t align, const F& f) {
   auto bound = [&](unsigned k) { return part_begin(parts, n, align, k); };
   std::vector<std::thread> pool;
-  for (unsigned k = 1; k < parts; ++k) pool.emplace_back([&f, &bound, k] { f(k, bound(k), bound(k + 1)); });
+  for (unsigned k = 1; k < parts; ++k) start_or_run(pool, [&f, &bound, k] { f(k, bound(k), bound(k + 1)); });
   f(0u, bound(0), bound(1));
   for (std::thread& th : pool) th.join();
 }
@@ -50,7 +62,7 @@ void run_pieces(unsigned workers, uint64_t n, uint64_t piece, const F& f) {
     }
   };
   std::vector<std::thread> pool;
-  for (unsigned k = 1; k < workers; ++k) pool.emplace_back(work, k);
+  for (unsigned k = 1; k < workers; ++k) start_or_run(pool, [&work, k] { work(k); });
   work(0u);
   for (std::thread& th : pool) th.join();
 }

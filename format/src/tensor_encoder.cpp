@@ -114,7 +114,7 @@ Result<TensorReport> TensorEncoder::encode(TensorSource& src, const EncodingPlan
       status[k] = encode_piece(c, t, x, first, bounds[k], bounds[k + 1] - bounds[k], extras.reference, outs[k], a);
     };
     std::vector<std::thread> pool;
-    for (std::size_t k = 1; k < pieces; ++k) pool.emplace_back(work, k);
+    for (std::size_t k = 1; k < pieces; ++k) detail::start_or_run(pool, [&work, k] { work(k); });
     work(0);
     for (std::thread& th : pool) th.join();
     for (const Status& st : status) GCZ_RETURN_IF_ERROR(st.with_context(where));

@@ -866,6 +866,31 @@ def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
         shutil.rmtree(work)
 
 
+def test_threads_the_process_cannot_make_change_nothing_but_speed():
+    """Where no more threads can be made (RLIMIT_NPROC), the work that a thread would have done runs
+    on the calling one: the same bytes. Before, std::thread's exception aborted gcz or ended it with
+    an internal error."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (RLIMIT_NPROC binds only another user, who has no other processes) and setpriv")
+    work = Path(tempfile.mkdtemp(prefix="gcz-nproc-"))
+    try:
+        work.chmod(0o777)
+        np.save(work / "g.npy", np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32))
+        (work / "g.npy").chmod(0o644)
+        gcz("encode", work / "g.npy", "-o", work / "free.gcz", "-c", "qsgd", "--threads", "2", "-q", check=True)
+        # One process, gcz: its signal thread and the encoder's second are refused. (OpenBLAS, asked
+        # for no threads of its own, makes none; by default it would stop at a failed one.)
+        limited = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c",
+                   f'ulimit -u 1 && exec "$0" encode {work / "g.npy"} -o {work / "limited.gcz"} -c qsgd '
+                   "--threads 2 -q", str(GCZ)]
+        r = subprocess.run(limited, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+        assert r.returncode == 0, r.stderr
+        assert (work / "limited.gcz").read_bytes() == (work / "free.gcz").read_bytes()
+    finally:
+        shutil.rmtree(work)
+
+
 @needs_samples
 def test_state_mistakes_are_caught_and_named(tmp_path):
     src = tmp_path / "g.safetensors"
