@@ -1,21 +1,22 @@
 // run_bench: codec throughput against memcpy, measured in the same process and run.
 #include "gcz/bench.h"
 
+#include <zstd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <random>
 #include <string>
 #include <system_error>
 #include <thread>
 
-#include <zstd.h>
-
+#include "file_util.h"
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
-#include "file_util.h"
 #include "parallel.h"
 
 namespace gcz {
@@ -212,6 +213,7 @@ Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensor
   for (unsigned k = 0; k < threads; ++k) {
     cctx[k] = ZSTD_createCCtx();
     dctx[k] = ZSTD_createDCtx();
+    if (!cctx[k] || !dctx[k]) throw std::bad_alloc();  // out of memory (status.h)
   }
   auto encode_piece = [&](Piece& p, unsigned k) -> Status {
     const Tensor& t = tensors[p.tensor];

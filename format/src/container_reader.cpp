@@ -1,11 +1,12 @@
 // The validating .gcz reader (FORMAT.md §6).
+#include <xxhash.h>
+#include <zstd.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-
-#include <xxhash.h>
-#include <zstd.h>
+#include <new>
 
 #include "file_util.h"
 #include "gcz/container.h"
@@ -57,6 +58,7 @@ class ZstdCursor : public StreamCursor {
  public:
   ZstdCursor(const detail::MappedFile& file, const StreamRecord& s, std::string path, std::string tensor)
       : file_(file), s_(s), path_(std::move(path)), tensor_(std::move(tensor)), dctx_(ZSTD_createDCtx()) {
+    if (!dctx_) throw std::bad_alloc();  // out of memory (status.h)
     in_ = {file.data() + s.offset, s.length, 0};
   }
   ~ZstdCursor() override { ZSTD_freeDCtx(dctx_); }
@@ -273,6 +275,7 @@ Result<std::unique_ptr<StreamCursor>> GczReader::open_stream(std::size_t tensor,
   const StreamRecord& s = t.streams.at(stream);
   // Hash in slices, dropping each from memory after it, so checking a large stream stays small.
   XXH3_state_t* state = XXH3_createState();
+  if (!state) throw std::bad_alloc();
   XXH3_64bits_reset(state);
   constexpr uint64_t kSlice = uint64_t{32} << 20;
   for (uint64_t done = 0; done < s.length; done += kSlice) {

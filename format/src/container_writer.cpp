@@ -1,8 +1,9 @@
 // The streaming .gcz writer (FORMAT.md §§2-5).
-#include <cstring>
-
 #include <xxhash.h>
 #include <zstd.h>
+
+#include <cstring>
+#include <new>
 
 #include "file_util.h"
 #include "gcz/codec_spec.h"
@@ -31,7 +32,10 @@ struct StreamState {
   StreamRecord record;
   ByteBuffer pending;
 
-  StreamState() : hash(XXH3_createState()) { XXH3_64bits_reset(hash); }
+  StreamState() : hash(XXH3_createState()) {
+    if (!hash) throw std::bad_alloc();  // out of memory (status.h)
+    XXH3_64bits_reset(hash);
+  }
   ~StreamState() {
     ZSTD_freeCCtx(cctx);
     XXH3_freeState(hash);
@@ -94,7 +98,10 @@ struct GczWriter::Impl {
     st.decided = true;
     if (!zstd_level) return emit(s, bytes.data(), bytes.size());
     st.cctx = ZSTD_createCCtx();
-    ZSTD_CCtx_setParameter(st.cctx, ZSTD_c_compressionLevel, *zstd_level);
+    if (!st.cctx) throw std::bad_alloc();
+    if (ZSTD_isError(ZSTD_CCtx_setParameter(st.cctx, ZSTD_c_compressionLevel, *zstd_level))) {
+      return internal_error("zstd refused compression level " + std::to_string(*zstd_level));
+    }
     ByteBuffer out(ZSTD_compressBound(bytes.size()) + 64);
     ZSTD_inBuffer ib{bytes.data(), bytes.size(), 0};
     ZSTD_outBuffer ob{out.data(), out.size(), 0};
