@@ -79,6 +79,9 @@ std::filesystem::path directory_of(const std::string& path) {
 
 Status check_output_file(const std::string& path) {
   if (path.empty()) return invalid_argument("no output path given");
+  if (path.find('\0') != std::string::npos) {  // the system would end it there, at another file's name
+    return invalid_argument(path.substr(0, path.find('\0')) + "...: a path cannot hold a NUL character");
+  }
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return Status::ok();
   const char* what = S_ISDIR(st.st_mode)    ? "a directory"
@@ -98,9 +101,10 @@ std::string make_temp_path(const std::string& target) {
   // temporaries; the signals gcz handles do not): the next number is taken instead.
   std::string tmp;
   struct stat st {};
-  do {
+  for (int tries = 0; tries < 1000; ++tries) {  // then the last: its O_EXCL open fails and says so
     tmp = base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  } while (::lstat(tmp.c_str(), &st) == 0);
+    if (::lstat(tmp.c_str(), &st) != 0) break;
+  }
   std::unique_lock<std::mutex> lock(temp_mutex());
   wait_if_stopped(lock);
   temp_paths().insert(tmp);

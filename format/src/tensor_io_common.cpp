@@ -78,6 +78,10 @@ TensorInfo stored_info(const TensorInfo& info, bool widen_bf16) {
 }
 
 Status check_path_like_name(const std::string& path, const std::string& name) {
+  if (name.find('\0') != std::string::npos) {  // the system, zip and HDF5 would all end the name there
+    return invalid_argument(tensor_context(path, name) +
+                            ": a name with a NUL character cannot become a path in the output (.safetensors keeps it)");
+  }
   if (!name.empty() && name.front() == '/') {
     return invalid_argument(tensor_context(path, name) + ": an absolute name cannot become a path in the output");
   }

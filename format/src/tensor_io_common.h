@@ -62,8 +62,8 @@ Status check_bf16_storable(const std::string& path, const std::vector<TensorInfo
                            const char* holder);
 // The description of a tensor as it is stored: bfloat16 becomes float32 when `widen_bf16`.
 TensorInfo stored_info(const TensorInfo& info, bool widen_bf16);
-// kInvalidArgument for names that are absolute or contain empty, "." or ".." components (names that
-// become paths or HDF5 group paths).
+// kInvalidArgument for names that hold a NUL character, are absolute or contain empty, "." or ".."
+// components (names that become paths, zip members or HDF5 group paths).
 Status check_path_like_name(const std::string& path, const std::string& name);
 
 // --- readers --------------------------------------------------------------------------------------------

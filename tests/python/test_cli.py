@@ -866,6 +866,28 @@ def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
         shutil.rmtree(work)
 
 
+def test_a_name_with_a_nul_character_goes_only_where_it_can(tmp_path):
+    """A safetensors key may hold U+0000: .gcz and .safetensors keep it; a directory, .npz and .h5,
+    which would cut the name there, refuse it (the directory had looped for good on the temporary
+    name it cut short, .npz had written two members 'a')."""
+    header = json.dumps({"a\u0000x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                         "a\u0000y": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}).encode()
+    (tmp_path / "n.safetensors").write_bytes(struct.pack("<Q", len(header)) + header +
+                                             np.arange(4, dtype=np.float32).tobytes())
+    gcz("encode", tmp_path / "n.safetensors", "-o", tmp_path / "n.gcz", "-c", "none", "-q", check=True)
+    for out in ("d/", "n.npz", "n.h5"):
+        r = subprocess.run([str(GCZ), "decode", str(tmp_path / "n.gcz"), "-o", f"{tmp_path}/{out}"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == EXIT_USAGE, (out, r.stderr)
+        assert "tensor 'a\\x00x': a name with a NUL character cannot become a path" in error_line(r), r.stderr
+        assert not (tmp_path / out).exists()
+    gcz("decode", tmp_path / "n.gcz", "-o", tmp_path / "back.safetensors", check=True)
+    back = (tmp_path / "back.safetensors").read_bytes()
+    (n,) = struct.unpack_from("<Q", back)
+    assert sorted(json.loads(back[8:8 + n])) == ["a\u0000x", "a\u0000y"]
+    assert back[8 + n:] == np.arange(4, dtype=np.float32).tobytes()
+
+
 def test_threads_the_process_cannot_make_change_nothing_but_speed():
     """Where no more threads can be made (RLIMIT_NPROC), the work that a thread would have done runs
     on the calling one: the same bytes. Before, std::thread's exception aborted gcz or ended it with
