@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gczread: an independent, pure-numpy reader of `.gcz` files (format version 1).
+"""gczread: an independent reader of `.gcz` files (format version 1), in Python with numpy.
 
 Written from docs/FORMAT.md, docs/CODECS.md and docs/codecs/*.md alone (not from the C++ sources),
 as a check that the specification is enough to read the format. It decodes every codec gcz writes:
@@ -43,7 +43,7 @@ API
 
     # An error-feedback state (gcz encode --ef-state ef.gcz): residuals, and PowerSGD's Q.
     with GczFile("ef.gcz") as f:
-        steps = int(f.metadata["gcz.ef_steps"])
+        steps = int(f.metadata.get("gcz.ef_steps", "0"))  # absent: no step yet
         residuals = {n[len("residual/"):]: f[n] for n in f if n.startswith("residual/")}
 
 ``GczFile(path)`` (or ``open_gcz(path)``) opens and checks a file; ``close()``, or a ``with`` block,
@@ -87,17 +87,21 @@ Limits:
   an empty tensor whose shape numpy cannot hold (``[0, 2**64 - 1]``, ``[2**32, 2**32, 0]``: numpy
   needs every dimension, and the element size times the product of the nonzero dimensions, to be
   at most 2^63 - 1), from ``read`` and ``read_bits`` (``verify`` still checks such a tensor); and a
-  tensor whose decoded values take more than ``MAX_DECODE_BYTES`` bytes (default: the machine's
-  physical memory; ``None``: no limit), or whose decoding runs out of memory, from ``read``,
-  ``read_bits`` and ``verify``, with the bytes its decoded values take.
+  tensor whose decoding would take more than ``MAX_DECODE_BYTES`` bytes at its peak (its decoded
+  size times the codec's ``PEAK_FACTOR``, 2 to 8; default: the machine's physical memory, or its
+  cgroup's limit where lower; ``None``: no limit), or whose decoding runs out of memory, from
+  ``read``, ``read_bits`` and ``verify``, with the bytes its decoded values take. (A process the
+  kernel lets overcommit does not see a MemoryError: it is killed, which the estimate is there to
+  prevent.)
 
 Decoding follows CODECS.md bit-exactly: widening is exact, narrowing rounds to nearest-even in one
 step, overflow gives +-Inf, and a NaN keeps its sign, has its payload truncated (or, widening,
 shifted) into the destination's top fraction bits and gets the quiet bit set.
 
 Decoding holds the stored streams and a few float64 or float32 working arrays of the tensor's size
-at once: a tensor's peak memory is about 2× its decoded size for ``none``, 4× for ``fp16``, 7–9× for
-``qsgd``, and 2–4× for ``randomk`` (more as k nears n).
+at once: a tensor's peak memory is about 2× its decoded size for ``none``, ``topk`` and ``randomk``
+(up to 4× as k nears n), 4× for ``fp32``, ``fp16``, ``bf16`` and ``terngrad``, 6–7× for
+``powersgd`` and 7–8× for ``qsgd`` (``PEAK_FACTOR``).
 
 Command line: ``python3 gczread.py FILE.gcz [--verify]`` prints the file's metadata and tensors; an
 error (a rejected file, or one that cannot be opened) is one line on stderr and exit status 1, a
@@ -121,7 +125,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 __all__ = ["GczFile", "GczFormatError", "TensorInfo", "StreamInfo", "CodecSpec", "RULES",
-           "DECODE_RULES", "LIMIT_RULES", "MAX_SPEC_DEPTH", "MAX_STREAMS", "MAX_NUMBER_CHARS", "MAX_DECODE_BYTES",
+           "DECODE_RULES", "LIMIT_RULES", "MAX_SPEC_DEPTH", "MAX_STREAMS", "MAX_NUMBER_CHARS",
+           "MAX_DECODE_BYTES", "PEAK_FACTOR",
            "convert_bits", "open_gcz", "parse_spec", "make_spec", "layout",
            "philox4x32_10", "rng_bits", "rng_draw16", "rng_uniform", "tensor_key", "randomk_indices",
            "topk_indices", "sparse_k"]
@@ -164,14 +169,31 @@ MAX_NUMBER_CHARS = 4096  # characters of a number in a spec string, at most (a l
 
 
 def _physical_memory() -> Optional[int]:
+    """The machine's memory, or the memory limit of this process's cgroup (v2) where smaller."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # pragma: no cover - not a POSIX system
         return None
+    try:
+        with open("/proc/self/cgroup") as f:  # "0::/PATH" under cgroup v2
+            group = next(line[3:].strip() for line in f if line.startswith("0::"))
+        with open(f"/sys/fs/cgroup{group}/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            memory = min(memory, int(limit))
+    except (OSError, StopIteration, ValueError):
+        pass
+    return memory
 
 
-# The most bytes a tensor's decoded values may take (None: no limit); read when a tensor is decoded.
+# The most bytes decoding one tensor may take at its peak (None: no limit), the decoded values times
+# the codec's PEAK_FACTOR; read when a tensor is decoded.
 MAX_DECODE_BYTES: Optional[int] = _physical_memory()
+
+# About how many times its decoded size a tensor takes at the peak of its decoding (the stored
+# streams and working copies; measured on 2^26-element float32 tensors).
+PEAK_FACTOR = {"none": 2, "fp32": 4, "fp16": 4, "bf16": 4, "qsgd": 8, "terngrad": 4, "topk": 2,
+               "randomk": 4, "powersgd": 7}
 
 
 class GczFormatError(ValueError):
@@ -1646,12 +1668,13 @@ class GczFile:
         """The decoded elements of a tensor, flat, as bit patterns of its dtype; a tensor too large
         for MAX_DECODE_BYTES, or for the memory there is, raises `reader-limit`."""
         need = info.numel * FMTS[info.dtype].itemsize
-        limit = MAX_DECODE_BYTES
-        if limit is not None and need > limit:
+        limit, factor = MAX_DECODE_BYTES, PEAK_FACTOR.get(info.spec.name, 8)
+        if limit is not None and need * factor > limit:
             raise GczFormatError(
                 "reader-limit", f"its decoded values take {need} bytes ({info.numel} {info.dtype} "
-                f"elements), more than MAX_DECODE_BYTES = {limit} (default: this machine's memory)",
-                info.name)
+                f"elements), and decoding {info.spec.name} takes about {factor}x that at its peak, "
+                f"more than MAX_DECODE_BYTES = {limit} (default: this machine's or this cgroup's "
+                "memory)", info.name)
         streams = {s.name: s for s in info.streams}
         ctx = _Ctx(info.name, info.seed, tensor_key(info.name), lambda sname: self._read_stream(
             info, streams[sname]))

@@ -1565,6 +1565,25 @@ def test_tensor_too_large_for_memory(tmp_path, monkeypatch, make, nbytes):
             assert f"{nbytes} bytes" in str(ei.value)
 
 
+def test_the_limit_counts_the_peak_of_decoding(tmp_path, monkeypatch):
+    """MAX_DECODE_BYTES bounds a decode's peak, its decoded size times the codec's PEAK_FACTOR: a
+    kernel that overcommits kills the process before any MemoryError (a 10 KB qsgd file of 2^28
+    elements took 7.2 GB)."""
+    x = np.linspace(-1, 1, 1 << 16).astype(np.float32)  # 256 KiB decoded
+    monkeypatch.setattr(gczread, "MAX_DECODE_BYTES", 1 << 20, raising=False)
+    for spec, fits in (("none", True), ("qsgd", False)):  # peaks of 2x and 8x
+        path = tmp_path / f"{spec}.gcz"
+        path.write_bytes(_victim(tmp_path, x, spec))
+        with GczFile(path) as f:
+            if fits:
+                assert f.read("t").tobytes() == x.tobytes()
+                continue
+            with pytest.raises(GczFormatError) as ei:
+                f.read("t")
+            assert ei.value.rule == "reader-limit" and "takes about 8x that at its peak" in str(ei.value)
+    assert set(gczread.PEAK_FACTOR) == set(gczread.CODECS), "a factor for every codec"
+
+
 def test_out_of_memory_while_decoding(tmp_path, monkeypatch):
     """Running out of memory in a decoder is a GczFormatError naming the tensor and its bytes."""
     def no_memory(*args):
