@@ -976,11 +976,20 @@ def unpack_codes(data: np.ndarray, n: int, bits: int) -> np.ndarray:
     """qsgd.md "Streams": code i in bits i*B .. i*B+B-1 of the stream, LSB first."""
     if bits == 8:
         return data[:n].astype(np.uint16)
-    pos = np.arange(n, dtype=np.int64) * bits
-    b = np.concatenate([data, np.zeros(1, dtype=np.uint8)]).astype(np.uint16)
-    byte = pos >> 3
-    window = b[byte] | (b[byte + 1] << np.uint16(8))
-    return (window >> (pos & 7).astype(np.uint16)) & np.uint16((1 << bits) - 1)
+    # Eight codes fill `bits` bytes: each such run is read as one little-endian integer and cut into
+    # its eight codes (one pass per byte and per code, not a gather per code).
+    runs = -(-n // 8)
+    buf = np.zeros(runs * bits, dtype=np.uint8)
+    used = min(len(data), runs * bits)
+    buf[:used] = data[:used]
+    by_run = buf.reshape(runs, bits)
+    word = np.zeros(runs, dtype=np.uint64)
+    for j in range(bits):
+        word |= by_run[:, j].astype(np.uint64) << np.uint64(8 * j)
+    codes = np.empty((runs, 8), dtype=np.uint16)
+    for j in range(8):
+        codes[:, j] = (word >> np.uint64(bits * j)) & np.uint64((1 << bits) - 1)
+    return codes.reshape(-1)[:n]
 
 
 def _decode_qsgd(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
@@ -993,13 +1002,19 @@ def _decode_qsgd(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
         ctx.fail("codes", "the last byte has a nonzero unused bit", "qsgd.md, Decoding")
     S = _checked_scales(ctx, ctx.stream("scales"), p["scale_dtype"], "qsgd.md, Decoding")
     codes = unpack_codes(codes_raw, n, B)
-    level, sign = codes & np.uint16(s), codes >> np.uint16(B - 1)
-    group = np.arange(n, dtype=np.int64) // G
+    level = codes & np.uint16(s)
     step = S / np.float32(s)  # float32 division, once per group
-    with np.errstate(over="ignore"):  # np.where computes level * step for level = s too
-        mag = np.where(level == s, S[group], level.astype(np.float32) * step[group])
-    x = np.where(sign == 1, -mag, mag).astype(np.float32)
-    return "float32", x.view(np.uint32)
+    mag = level.astype(np.float32)
+    whole = n // G * G  # the whole groups, as rows of G; then the last, partial one
+    with np.errstate(over="ignore"):  # level * step is computed for level = s too, then replaced
+        mag[:whole].reshape(-1, G)[...] *= step[:whole // G, None]
+        mag[whole:] *= step[whole // G:][:1]
+    top = level == s
+    np.copyto(mag[:whole].reshape(-1, G), S[:whole // G, None], where=top[:whole].reshape(-1, G))
+    np.copyto(mag[whole:], S[whole // G:][:1], where=top[whole:])
+    bits = mag.view(np.uint32)  # x̂ = -mag where the sign bit is set: the float's sign bit flipped
+    bits ^= (codes >> np.uint16(B - 1)).astype(np.uint32) << np.uint32(31)  # (-0 scale: mag is -0)
+    return "float32", bits
 
 
 def unpack_trits(data: np.ndarray, n: int, packing: str, ctx: Optional[_Ctx] = None) -> np.ndarray:
