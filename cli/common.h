@@ -55,6 +55,8 @@ class ProgressLine {
   // Draws "VERB TEXT" now (when stderr is a terminal), for progress that is not a Progress.
   void show(const std::string& text);
   void clear();
+  // What the line says it is doing, from the next time it is drawn ("evaluating step 2/4").
+  void set_verb(std::string verb) { verb_ = std::move(verb); }
 
  private:
   std::string verb_;

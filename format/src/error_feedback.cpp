@@ -256,7 +256,10 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
   extras.state_in = ef.feedback() && old && old->state ? &*old->state : nullptr;
   extras.state_out = &state;
   MemorySource xsrc({t.name, w, t.shape}, xp);
-  GCZ_ASSIGN_OR_RETURN(TensorReport report, encoder.encode(xsrc, plan, progress, extras));
+  // The encoder counts bytes of x' (float32 or float64); progress counts bytes of the input's dtype.
+  const std::size_t in_size = dtype_size(t.dtype);
+  auto input_progress = [&](uint64_t done) { progress(done / wsize * in_size); };
+  GCZ_ASSIGN_OR_RETURN(TensorReport report, encoder.encode(xsrc, plan, input_progress, extras));
   report.dtype = t.dtype;
   if (ef.track_sums()) report.cumulative = cumulative;
   next.state = std::move(state);

@@ -866,6 +866,36 @@ def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
         shutil.rmtree(work)
 
 
+@needs_samples
+def test_the_progress_line_of_steps(tmp_path):
+    """On a terminal, eval --steps says which step it is on, and counts bytes of the input's dtype
+    (a bfloat16 step under --ef had counted its float32 working copy: 200%)."""
+    import pty
+    leader, follower = pty.openpty()
+    steps = [SAMPLE, SAMPLE_BF16, SAMPLES / "step_0001.safetensors"]
+    r = subprocess.run([str(GCZ), "eval", "--steps", *map(str, steps), "-c", "topk", "--ef", "-q"],
+                       stdout=subprocess.DEVNULL, stderr=follower, timeout=300)
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert r.returncode == 0
+    lines = [line for line in drawn.decode().replace("\r", "\n").split("\n") if "evaluating" in line]
+    assert lines, drawn
+    for k in (1, 2, 3):
+        assert any(f"evaluating step {k}/3 " in line for line in lines), lines
+    for line in lines:
+        pct = float(re.search(r" ([0-9.]+)% ", line).group(1))
+        assert pct <= 100.0, line
+
+
 def test_a_name_with_a_nul_character_goes_only_where_it_can(tmp_path):
     """A safetensors key may hold U+0000: .gcz and .safetensors keep it; a directory, .npz and .h5,
     which would cut the name there, refuse it (the directory had looped for good on the temporary
