@@ -128,7 +128,9 @@ json report_json(const EncodeReport& report) {
                        {"metrics", m}});
   }
   json skipped = json::array();
-  for (const SkippedTensor& s : report.skipped) skipped.push_back({{"name", s.name}, {"reason", s.reason}});
+  for (const SkippedTensor& s : report.skipped) {
+    skipped.push_back({{"file", s.file}, {"name", s.name}, {"reason", s.reason}});
+  }
   json total = metrics_json(report.total);
   if (report.cumulative) total["sum_rel_l2"] = num(report.cumulative->rel_l2());
   return {{"backend", backend_name(report.backend)},
@@ -235,7 +237,8 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
                  at.c_str(), low_norm - kMostNormRatioWarnings, kNormRatioWarning);
   }
   for (const SkippedTensor& s : report.skipped) {
-    std::fprintf(stderr, "gcz: note: skipped %s: %s\n", printable(s.name).c_str(), printable(s.reason).c_str());
+    std::fprintf(stderr, "gcz: note: skipped %s: %s: %s\n", printable(s.file).c_str(), printable(s.name).c_str(),
+                 printable(s.reason).c_str());
   }
   if (rules) print_rule_warnings(report.rules);
 }

@@ -123,7 +123,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       bytes_total += bytes;
       ++tensor_count;
     }
-    for (const SkippedTensor& s : reader->skipped()) report.skipped.push_back({path + ": " + s.name, s.reason});
+    for (const SkippedTensor& s : reader->skipped()) report.skipped.push_back({s.name, s.reason, path});
     readers.push_back(std::move(reader));
   }
   if (tensor_count == 0) {
@@ -131,8 +131,8 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
     const std::string where = inputs.size() == 1 ? inputs[0] : std::to_string(inputs.size()) + " inputs";
     std::string why;
     if (!report.skipped.empty()) {
-      std::string name = report.skipped[0].name;
-      if (name.rfind(where + ": ", 0) == 0) name.erase(0, where.size() + 2);
+      const SkippedTensor& first = report.skipped[0];
+      const std::string name = first.file == where ? first.name : first.file + ": " + first.name;
       why = " (skipped: " + name + ", " + report.skipped[0].reason +
             (report.skipped.size() > 1 ? "; and " + std::to_string(report.skipped.size() - 1) + " more)" : ")");
     }

@@ -866,6 +866,14 @@ def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
         shutil.rmtree(work)
 
 
+def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
+    np.savez(tmp_path / "m.npz", w=np.ones(4, np.float32), ids=np.arange(3))
+    (tmp_path / "notes.txt").write_text("x")
+    rep = json.loads(gcz("eval", tmp_path / "m.npz", tmp_path, "-c", "none", "--json", check=True).stdout)
+    assert {(s["file"], s["name"]) for s in rep["skipped"]} >= {
+        (str(tmp_path / "m.npz"), "ids"), (str(tmp_path), "notes.txt")}, rep["skipped"]
+
+
 @needs_samples
 def test_the_progress_line_of_steps(tmp_path):
     """On a terminal, eval --steps says which step it is on, and counts bytes of the input's dtype

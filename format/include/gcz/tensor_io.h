@@ -56,6 +56,7 @@ class TensorSource {
 struct SkippedTensor {
   std::string name;
   std::string reason;  // e.g. "dtype int64 is not floating"
+  std::string file = {};  // the input it is in, where a report gathers several (encode_files)
 };
 
 struct ReadOptions {
