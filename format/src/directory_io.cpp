@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "gcz/detail/utf8.h"
 #include "tensor_io_common.h"
 
 namespace gcz::detail {
@@ -210,7 +211,21 @@ Result<std::unique_ptr<TensorFileReader>> open_directory_reader(const std::strin
 WriterResult create_directory_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
                                      const WriteOptions& options) {
   GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, "a directory of .npy files"));
-  for (const TensorInfo& t : tensors) GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));
+  for (const TensorInfo& t : tensors) {
+    GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));
+    // Each part of a name becomes a file or directory name, with ".npy" and a temporary suffix
+    // (".tmp-PID-N", up to 23 bytes): 255 bytes at most on common file systems.
+    constexpr std::size_t kMostPart = 255 - 4 - 23;
+    for (std::size_t begin = 0, end; begin < t.name.size(); begin = end + 1) {
+      end = std::min(t.name.find('/', begin), t.name.size());
+      if (end - begin > kMostPart) {
+        return invalid_argument(path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) +
+                                "...': a part of its name has " + std::to_string(end - begin) +
+                                " bytes, more than the " + std::to_string(kMostPart) +
+                                " a file name can take here (.safetensors, .npz and .h5 keep long names)");
+      }
+    }
+  }
   GCZ_RETURN_IF_ERROR(check_output_directory(path));
   auto temp = std::make_unique<TempPath>(path);
   std::error_code ec;

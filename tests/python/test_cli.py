@@ -866,6 +866,20 @@ def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
         shutil.rmtree(work)
 
 
+def test_a_name_too_long_for_a_file_name_is_refused_up_front(tmp_path):
+    """A 4000-byte name decodes to .npz, and is refused for a directory in one short line (it had
+    failed at the temporary file, the name written out twice: 8 KB)."""
+    np.savez(tmp_path / "long.npz", **{"a" * 4000: np.ones(3, np.float32), "b" * 228: np.zeros(2, np.float32)})
+    gcz("encode", tmp_path / "long.npz", "-o", tmp_path / "long.gcz", "-q", check=True)
+    r = gcz("decode", tmp_path / "long.gcz", "-o", f"{tmp_path}/d/")
+    assert r.returncode == EXIT_USAGE and len(r.stderr) < 400, r.stderr
+    assert "a part of its name has 4000 bytes, more than the 228" in r.stderr
+    assert not (tmp_path / "d").exists()
+    gcz("decode", tmp_path / "long.gcz", "-t", "b*", "-o", f"{tmp_path}/d/", check=True)
+    assert (tmp_path / "d" / ("b" * 228 + ".npy")).is_file()
+    gcz("decode", tmp_path / "long.gcz", "-o", tmp_path / "back.npz", check=True)
+
+
 def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
     np.savez(tmp_path / "m.npz", w=np.ones(4, np.float32), ids=np.arange(3))
     (tmp_path / "notes.txt").write_text("x")
