@@ -156,6 +156,10 @@ void ProgressLine::clear() {
 ProgressFn ProgressLine::callback() {
   if (!enabled_) return {};
   return [this](const Progress& p) {
+    if (p.tensors == 0) {  // still opening the inputs (a directory of many files, an index of many tensors)
+      show("(opening " + (p.name ? *p.name : std::string()) + ")");
+      return;
+    }
     const double t = now_seconds();
     if (t - last_ < 0.1 && p.bytes_done < p.bytes_total) return;
     last_ = t;

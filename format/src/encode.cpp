@@ -92,6 +92,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   uint64_t bytes_total = 0;
   for (const std::string& path : inputs) {
     GCZ_RETURN_IF_ERROR(check_not_an_input(output, path));
+    if (options.progress) options.progress(Progress{0, 0, 0, 0, &path});  // opening `path`
     GCZ_ASSIGN_OR_RETURN(auto reader, open_tensor_file(path, options.read));
     for (std::size_t i = 0; i < reader->tensors().size(); ++i) {
       const TensorInfo& t = reader->tensors()[i];

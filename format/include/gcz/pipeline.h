@@ -46,7 +46,7 @@ Result<CodecRule> parse_codec_rule(const std::string& text);
 
 struct Progress {
   std::size_t tensor = 0;       // index of the tensor being processed
-  std::size_t tensors = 0;      // how many there are
+  std::size_t tensors = 0;      // how many there are; 0 while the inputs are opened (name: the input)
   uint64_t bytes_done = 0;      // input bytes processed so far
   uint64_t bytes_total = 0;
   const std::string* name = nullptr;
