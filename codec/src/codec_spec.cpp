@@ -1,7 +1,5 @@
 #include "gcz/codec_spec.h"
 
-#include <zstd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -154,8 +152,8 @@ Result<EncodingPlan> plan_from_spec(const CodecSpec& spec) {
       if (k != "level") return invalid_argument("codec 'zstd' has no parameter '" + k + "' (it takes level)");
     }
     GCZ_ASSIGN_OR_RETURN(int64_t level, get_int_param(st.params, "zstd", "level", kDefaultZstdLevel));
-    if (level < 1 || level > ZSTD_maxCLevel()) {
-      return invalid_argument("codec 'zstd': level must be 1.." + std::to_string(ZSTD_maxCLevel()) + ", got " +
+    if (level < 1 || level > kMaxZstdLevel) {
+      return invalid_argument("codec 'zstd': level must be 1.." + std::to_string(kMaxZstdLevel) + ", got " +
                               std::to_string(level));
     }
     plan.zstd_level = static_cast<int>(level);

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "file_util.h"
+#include "gcz/codec_spec.h"
 #include "gcz/container.h"
 #include "index_json.h"
 #include "layout.h"
@@ -181,8 +182,11 @@ Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_o
     auto level = st.params.find("level");
     const bool ok = st.params.size() == 1 && level != st.params.end() &&
                     std::holds_alternative<int64_t>(level->second) && std::get<int64_t>(level->second) >= 1 &&
-                    std::get<int64_t>(level->second) <= 22;
-    if (!ok) return codec_fail("the zstd stage needs exactly one parameter, an integer level 1..22");
+                    std::get<int64_t>(level->second) <= kMaxZstdLevel;
+    if (!ok) {
+      return codec_fail("the zstd stage needs exactly one parameter, an integer level 1.." +
+                        std::to_string(kMaxZstdLevel));
+    }
   }
   auto codec = make_codec(t.chain[0].name, t.chain[0].params, Backend::kCpu);
   if (!codec) return codec_fail(codec.status().message());

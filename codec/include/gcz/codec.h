@@ -174,7 +174,8 @@ class Codec {
 std::vector<std::string> codec_names();
 
 // Makes the codec `name` with `params` (from a spec string or from a file's index) on `backend`.
-// Unknown names, unknown parameter keys and out-of-range values are errors.
+// Unknown names, unknown parameter keys and out-of-range values are errors. Making a `powersgd` codec
+// pins OpenBLAS to one thread for the whole process, once: its bytes must not depend on the cores.
 Result<std::unique_ptr<Codec>> make_codec(std::string_view name, const Params& params, Backend backend);
 
 }  // namespace gcz

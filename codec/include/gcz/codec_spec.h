@@ -51,6 +51,7 @@ struct EncodingPlan {
 };
 
 inline constexpr int kDefaultZstdLevel = 3;
+inline constexpr int kMaxZstdLevel = 22;  // FORMAT.md §5.3: a zstd stage's level is 1..22
 
 // Checks the stage names and the zstd stage's parameters. Codec parameters are checked by make_codec.
 // Its errors say what is wrong; parse_encoding_plan's also start with the spec as typed.
