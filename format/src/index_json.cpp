@@ -152,13 +152,20 @@ Status rule_error(StatusCode code, const std::string& path, const std::string& t
 }
 
 std::string serialize_index(const FileIndex& index) {
-  json tensors = json::array();
-  for (const TensorRecord& t : index.tensors) tensors.push_back(tensor_to_json(t, true));
+  // The text one JSON object of all would dump (its keys in order: format, metadata, producer,
+  // tensors, version), written a tensor at a time so that only one tensor's tree is held at once.
+  auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
   json meta = json::object();
   for (const auto& [k, v] : index.metadata) meta[k] = v;
-  json out = {{"format", "gcz"},     {"version", kFormatVersionMajor}, {"producer", index.producer},
-              {"metadata", meta},    {"tensors", tensors}};
-  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out = dump({{"format", "gcz"}, {"metadata", meta}, {"producer", index.producer}});
+  out.pop_back();  // the closing brace
+  out += ",\"tensors\":[";
+  for (std::size_t i = 0; i < index.tensors.size(); ++i) {
+    if (i) out += ',';
+    out += dump(tensor_to_json(index.tensors[i], true));
+  }
+  out += "],\"version\":" + dump(json(kFormatVersionMajor)) + "}";
+  return out;
 }
 
 uint64_t tensor_entry_bytes(const TensorRecord& record) {
