@@ -168,7 +168,7 @@ Status on_threads(unsigned n, const F& f) {
   std::vector<std::thread> pool;
   Status started;
   try {
-    for (unsigned k = 1; k < n; ++k) detail::start_or_run(pool, [&f, k] { f(k); });
+    for (unsigned k = 1; k < n; ++k) pool.emplace_back([&f, k] { f(k); });  // not run here: it is timed
   } catch (const std::system_error& e) {
     started = internal_error("cannot start benchmark thread " + std::to_string(pool.size() + 1) + " of " +
                              std::to_string(n) + ": " + e.what());

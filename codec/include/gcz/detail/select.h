@@ -102,6 +102,10 @@ Threshold<Key> narrow(std::vector<Key> cand, int shift, Key prefix, uint64_t nee
   return {prefix, need};
 }
 
+// The branch-free passes check their counts against the first pass's after every kSlack elements,
+// and so write at most kSlack entries past them.
+inline constexpr uint64_t kSlack = 4096;
+
 template <class Key>
 constexpr int top_shift() {
   return 8 * static_cast<int>(sizeof(Key)) - kDigitBits;
@@ -115,13 +119,19 @@ Threshold<Key> threshold_in_bucket(uint64_t n, const KeyAt& key_at, const std::v
   constexpr int kShift = top_shift<Key>();
   // Branch-free: every key is written, and the next one goes over it unless it is in the bucket (a
   // bucket of many scattered members mispredicts a branch about as often as not). hist[digit]
-  // counted them, so the writes stay within hist[digit] + 1.
-  std::vector<Key> cand(hist[digit] + 1);
+  // counted them; the count is capped after every kSlack keys all the same, so that keys that
+  // change between passes (an input file rewritten under its memory map) give a wrong selection,
+  // never a write out of bounds.
+  const uint64_t most = hist[digit];
+  std::vector<Key> cand(most + kSlack + 1);
   uint64_t m = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const Key key = key_at(i);
-    cand[m] = key;
-    m += (key >> kShift) == digit;
+  for (uint64_t b = 0; b < n; b += kSlack) {
+    for (uint64_t i = b, e = std::min(n, b + kSlack); i < e; ++i) {
+      const Key key = key_at(i);
+      cand[m] = key;
+      m += (key >> kShift) == digit;
+    }
+    m = std::min(m, most);
   }
   cand.resize(m);
   return narrow<Key>(std::move(cand), kShift, static_cast<Key>(digit << kShift), need);
@@ -180,33 +190,41 @@ std::vector<uint64_t> select_smallest(uint64_t n, uint64_t k, const KeyAt& key_a
   uint64_t need = k;
   const Key digit = static_cast<Key>(pick_bucket(hist, need));
   // The passes below write branch-free, as threshold_in_bucket does: each index is written, and kept
-  // by advancing past it. They write at most k, k - need and hist[digit] entries, plus one.
+  // by advancing past it, up to k, k - need and hist[digit] entries (capped as there).
   if (hist[digit] > n / 8 + 1024) {
     const Threshold<Key> t = threshold_in_bucket<Key>(n, key_at, hist, digit, need);
-    out.resize(k + 1);
+    out.resize(k + kSlack + 1);
     uint64_t m = 0, ties = t.ties;
-    for (uint64_t i = 0; i < n; ++i) {  // for_each_selected, branch-free
-      const Key key = key_at(i);
-      const bool tie = (key == t.key) & (ties != 0);
-      out[m] = i;
-      m += (key < t.key) | tie;
-      ties -= tie;
+    for (uint64_t b = 0; b < n; b += kSlack) {  // for_each_selected, branch-free
+      for (uint64_t i = b, e = std::min(n, b + kSlack); i < e; ++i) {
+        const Key key = key_at(i);
+        const bool tie = (key == t.key) & (ties != 0);
+        out[m] = i;
+        m += (key < t.key) | tie;
+        ties -= tie;
+      }
+      m = std::min(m, k);
     }
     out.resize(m);
     return out;
   }
-  out.resize(k - need + 1);
-  std::vector<Key> cand_key(hist[digit] + 1);
-  std::vector<uint64_t> cand_index(hist[digit] + 1);
+  const uint64_t most_sure = k - need, most_cand = hist[digit];
+  out.resize(most_sure + kSlack + 1);
+  std::vector<Key> cand_key(most_cand + kSlack + 1);
+  std::vector<uint64_t> cand_index(most_cand + kSlack + 1);
   uint64_t sure = 0, c = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const Key key = key_at(i);
-    const Key d = static_cast<Key>(key >> kShift);
-    out[sure] = i;
-    sure += d < digit;
-    cand_key[c] = key;
-    cand_index[c] = i;
-    c += d == digit;
+  for (uint64_t b = 0; b < n; b += kSlack) {
+    for (uint64_t i = b, e = std::min(n, b + kSlack); i < e; ++i) {
+      const Key key = key_at(i);
+      const Key d = static_cast<Key>(key >> kShift);
+      out[sure] = i;
+      sure += d < digit;
+      cand_key[c] = key;
+      cand_index[c] = i;
+      c += d == digit;
+    }
+    sure = std::min(sure, most_sure);
+    c = std::min(c, most_cand);
   }
   out.resize(sure);
   cand_key.resize(c);
