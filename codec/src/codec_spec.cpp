@@ -142,10 +142,8 @@ Result<EncodingPlan> plan_from_spec(const CodecSpec& spec) {
   for (std::size_t i = 1; i < spec.stages.size(); ++i) {
     const StageSpec& st = spec.stages[i];
     if (st.name != "zstd") {
-      const bool digits = !st.name.empty() && st.name[0] >= '0' && st.name[0] <= '9';  // from 1e+30
-      return invalid_argument(
-          "stage '" + st.name + "' cannot follow a codec; only 'zstd' acts on streams" +
-          (digits ? " (a '+' separates stages: write an exponent without it, 1e30 for 1e+30)" : ""));
+      return invalid_argument("stage '" + st.name + "' cannot follow a codec; only 'zstd' acts on streams" +
+                              detail::exponent_plus_hint(spec));
     }
     if (plan.zstd_level) return invalid_argument("zstd given twice");
     for (const auto& [k, v] : st.params) {

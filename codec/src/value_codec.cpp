@@ -17,7 +17,8 @@ Result<ValueCodec> ValueCodec::make(std::string_view outer, const Params& params
   auto spec = parse_codec_spec(text);
   if (!spec) return spec.status().with_context(where);
   if (spec->stages.size() != 1 || spec->stages[0].name == "zstd") {
-    return invalid_argument(where + ": a value codec is one stage (zstd applies to the whole tensor)");
+    return invalid_argument(where + ": a value codec is one stage (zstd applies to the whole tensor)" +
+                            exponent_plus_hint(*spec));
   }
   auto inner = make_codec(spec->stages[0].name, spec->stages[0].params, backend);
   if (!inner) return Status(inner.status().code(), where + ": " + inner.status().message());

@@ -178,8 +178,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       bytes_in += tr->metrics.bytes_in;
       if (tr->cumulative) {
         if (!cumulative) cumulative.emplace();
-        cumulative->err_sq += tr->cumulative->err_sq;
-        cumulative->ref_sq += tr->cumulative->ref_sq;
+        cumulative->merge(*tr->cumulative);
       }
       report.tensors.push_back(std::move(*tr));
     }

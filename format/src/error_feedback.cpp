@@ -47,7 +47,19 @@ void finite_difference(const std::byte* a, const std::byte* b, std::byte* out, u
 
 }  // namespace
 
-double CumulativeError::rel_l2() const { return ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0); }
+double CumulativeError::rel_l2() const {
+  if (max_err == 0 && !std::isnan(err_sq)) return 0.0;
+  auto held = [](double most) { return most == 0 || std::isinf(most) || (most >= 0x1p-480 && most <= 0x1p480); };
+  if (!held(max_ref) || !(held(max_err) || (max_err < 0x1p-480 && max_err <= max_ref * 0x1p-64))) return NAN;
+  return ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0);
+}
+
+void CumulativeError::merge(const CumulativeError& o) {
+  err_sq += o.err_sq;
+  ref_sq += o.ref_sq;
+  max_err = std::max(max_err, o.max_err);
+  max_ref = std::max(max_ref, o.max_ref);
+}
 
 const ErrorFeedback::Entry* ErrorFeedback::find(const std::string& name) const {
   auto it = entries_.find(name);
@@ -192,6 +204,8 @@ void add_to_sums(const std::byte* x, const std::byte* xhat, double* sum_x, doubl
     if (std::isfinite(sum_x[i])) {
       c.err_sq += d * d;
       c.ref_sq += sum_x[i] * sum_x[i];
+      c.max_err = std::max(c.max_err, std::fabs(d));  // NaN d: not kept, but err_sq is NaN
+      c.max_ref = std::max(c.max_ref, std::fabs(sum_x[i]));
     }
   }
 }

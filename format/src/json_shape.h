@@ -24,7 +24,9 @@ class JsonShape {
   using json = nlohmann::json;
 
   // `what` names the text in messages ("the index"); `max_depth` counts the outermost value as 1.
-  JsonShape(std::string what, std::size_t max_depth) : what_(std::move(what)), max_depth_(max_depth) {}
+  // Inside the outermost object's member named `lenient`, if any, a key may come twice.
+  JsonShape(std::string what, std::size_t max_depth, std::string lenient = {})
+      : what_(std::move(what)), max_depth_(max_depth), lenient_(std::move(lenient)) {}
 
   bool null() { return true; }
   bool boolean(bool) { return true; }
@@ -39,6 +41,7 @@ class JsonShape {
   }
   bool key(json::string_t& k) {
     if (depth_ == 1) outer_key_ = k;
+    if (depth_ > 1 && !lenient_.empty() && outer_key_ == lenient_) return true;
     if (objects_.back().insert(k).second) return true;
     duplicate_ = k;
     duplicate_depth_ = depth_;
@@ -80,6 +83,7 @@ class JsonShape {
 
   std::string what_;
   std::size_t max_depth_;
+  std::string lenient_;
   std::vector<std::set<std::string>> objects_;  // the keys of each object open, innermost last
   std::size_t depth_ = 0;
   std::string problem_, duplicate_, syntax_, outer_key_;

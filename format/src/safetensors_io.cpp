@@ -107,9 +107,10 @@ Result<Entry> parse_entry(const std::string& path, const std::string& name, cons
 
 // Parses the header, rejecting duplicate tensor names (which a JSON object would silently merge).
 Result<json> parse_header_json(const std::string& path, const char* text, std::size_t size) {
-  // A header nests 3 deep ({name: {"shape": [...]}}); any object with a key twice is refused, as the
-  // reference implementation refuses a tensor named twice or an entry with a field twice.
-  JsonShape shape("the safetensors header", 64);
+  // A header nests 3 deep ({name: {"shape": [...]}}). A tensor named twice is refused (which one to
+  // read would be up to the parser; the reference keeps the last), as is an entry with a field twice
+  // (which the reference refuses too); the free-form __metadata__ may repeat a key (the last counts).
+  JsonShape shape("the safetensors header", 64, kMetadataKey);
   if (!json::sax_parse(text, text + size, &shape) || !shape.problem().empty()) {
     if (!shape.syntax_error().empty()) {
       return format_error(path + ": safetensors header is not valid JSON: " + shape.syntax_error());

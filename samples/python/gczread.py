@@ -87,9 +87,10 @@ Limits:
   an empty tensor whose shape numpy cannot hold (``[0, 2**64 - 1]``, ``[2**32, 2**32, 0]``: numpy
   needs every dimension, and the element size times the product of the nonzero dimensions, to be
   at most 2^63 - 1), from ``read`` and ``read_bits`` (``verify`` still checks such a tensor); and a
-  tensor whose decoding would take more than ``MAX_DECODE_BYTES`` bytes at its peak (its decoded
-  size times the codec's ``PEAK_FACTOR``, 2 to 8; default: the machine's physical memory, or its
-  cgroup's limit where lower; ``None``: no limit), or whose decoding runs out of memory, from
+  tensor whose decoding would take more than ``MAX_DECODE_BYTES`` bytes at its peak (its element
+  count times the codec's ``PEAK_BYTES_PER_ELEMENT``, 18 to 54; default: the machine's physical
+  memory, or the limit of this process's cgroup (v2, or v1's memory controller) or one above it
+  where lower; ``None``: no limit), or whose decoding runs out of memory, from
   ``read``, ``read_bits`` and ``verify``, with the bytes its decoded values take. (A process the
   kernel lets overcommit does not see a MemoryError: it is killed, which the estimate is there to
   prevent.)
@@ -99,9 +100,9 @@ step, overflow gives +-Inf, and a NaN keeps its sign, has its payload truncated 
 shifted) into the destination's top fraction bits and gets the quiet bit set.
 
 Decoding holds the stored streams and a few float64 or float32 working arrays of the tensor's size
-at once: a tensor's peak memory is about 2× its decoded size for ``none``, ``topk`` and ``randomk``
-(up to 4× as k nears n), 4× for ``fp32``, ``fp16``, ``bf16`` and ``terngrad``, 6–7× for
-``powersgd`` and 7–8× for ``qsgd`` (``PEAK_FACTOR``).
+at once: a tensor's peak memory is up to about 16 bytes per element for ``none``, 33 for the other
+codecs (on a bfloat16 tensor; 8–25 on float32 ones) and 49 for ``powersgd``
+(``PEAK_BYTES_PER_ELEMENT``).
 
 Command line: ``python3 gczread.py FILE.gcz [--verify]`` prints the file's metadata and tensors; an
 error (a rejected file, or one that cannot be opened) is one line on stderr and exit status 1, a
@@ -126,7 +127,7 @@ import numpy as np
 
 __all__ = ["GczFile", "GczFormatError", "TensorInfo", "StreamInfo", "CodecSpec", "RULES",
            "DECODE_RULES", "LIMIT_RULES", "MAX_SPEC_DEPTH", "MAX_STREAMS", "MAX_NUMBER_CHARS",
-           "MAX_DECODE_BYTES", "PEAK_FACTOR",
+           "MAX_DECODE_BYTES", "PEAK_BYTES_PER_ELEMENT",
            "convert_bits", "open_gcz", "parse_spec", "make_spec", "layout",
            "philox4x32_10", "rng_bits", "rng_draw16", "rng_uniform", "tensor_key", "randomk_indices",
            "topk_indices", "sparse_k"]
@@ -169,31 +170,46 @@ MAX_NUMBER_CHARS = 4096  # characters of a number in a spec string, at most (a l
 
 
 def _physical_memory() -> Optional[int]:
-    """The machine's memory, or the memory limit of this process's cgroup (v2) where smaller."""
+    """The machine's memory, or where lower the memory limit of this process's cgroup or of one
+    above it (cgroup v2's memory.max, v1's memory controller's memory.limit_in_bytes)."""
     try:
         memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # pragma: no cover - not a POSIX system
         return None
     try:
-        with open("/proc/self/cgroup") as f:  # "0::/PATH" under cgroup v2
-            group = next(line[3:].strip() for line in f if line.startswith("0::"))
-        with open(f"/sys/fs/cgroup{group}/memory.max") as f:
-            limit = f.read().strip()
-        if limit.isdigit():
-            memory = min(memory, int(limit))
-    except (OSError, StopIteration, ValueError):
-        pass
+        with open("/proc/self/cgroup") as f:  # "ID:CONTROLLERS:/PATH" lines
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return memory
+    places = []
+    for _, controllers, group in (entry for entry in lines if len(entry) == 3):
+        if controllers == "":
+            places.append(("/sys/fs/cgroup", group, "memory.max"))
+        elif "memory" in controllers.split(","):
+            places.append(("/sys/fs/cgroup/memory", group, "memory.limit_in_bytes"))
+    for root, group, name in places:
+        parts = [part for part in group.split("/") if part]
+        for depth in range(len(parts) + 1):  # the cgroup and every one above it
+            try:
+                with open(os.path.join(root, *parts[:depth], name)) as f:
+                    limit = f.read().strip()
+            except OSError:
+                continue
+            if limit.isdigit():  # "max" (v2) is no limit
+                memory = min(memory, int(limit))
     return memory
 
 
-# The most bytes decoding one tensor may take at its peak (None: no limit), the decoded values times
-# the codec's PEAK_FACTOR; read when a tensor is decoded.
+# The most bytes decoding one tensor may take at its peak (None: no limit), its element count times
+# the codec's PEAK_BYTES_PER_ELEMENT; read when a tensor is decoded.
 MAX_DECODE_BYTES: Optional[int] = _physical_memory()
 
-# About how many times its decoded size a tensor takes at the peak of its decoding (the stored
-# streams and working copies; measured on 2^26-element float32 tensors).
-PEAK_FACTOR = {"none": 2, "fp32": 4, "fp16": 4, "bf16": 4, "qsgd": 8, "terngrad": 4, "topk": 2,
-               "randomk": 4, "powersgd": 7}
+# The bytes per element a tensor's decoding takes at its peak, the stored streams and the float32
+# and float64 working copies (the most over the four dtypes, measured with tracemalloc on 2^20
+# elements, and a tenth more): they weigh the same whatever the dtype, so a bfloat16 tensor's peak
+# is 16 times its decoded size where a float64 one's is 3.
+PEAK_BYTES_PER_ELEMENT = {"none": 18, "fp32": 36, "fp16": 36, "bf16": 36, "qsgd": 36, "terngrad": 36,
+                          "topk": 36, "randomk": 36, "powersgd": 54}
 
 
 class GczFormatError(ValueError):
@@ -1683,13 +1699,13 @@ class GczFile:
         """The decoded elements of a tensor, flat, as bit patterns of its dtype; a tensor too large
         for MAX_DECODE_BYTES, or for the memory there is, raises `reader-limit`."""
         need = info.numel * FMTS[info.dtype].itemsize
-        limit, factor = MAX_DECODE_BYTES, PEAK_FACTOR.get(info.spec.name, 8)
-        if limit is not None and need * factor > limit:
+        limit, per = MAX_DECODE_BYTES, PEAK_BYTES_PER_ELEMENT.get(info.spec.name, 54)
+        if limit is not None and info.numel * per > limit:
             raise GczFormatError(
                 "reader-limit", f"its decoded values take {need} bytes ({info.numel} {info.dtype} "
-                f"elements), and decoding {info.spec.name} takes about {factor}x that at its peak, "
-                f"more than MAX_DECODE_BYTES = {limit} (default: this machine's or this cgroup's "
-                "memory)", info.name)
+                f"elements), and decoding {info.spec.name} takes about {per} bytes per element at its "
+                f"peak, {info.numel * per} in all, more than MAX_DECODE_BYTES = {limit} (default: "
+                "this machine's or this cgroup's memory)", info.name)
         streams = {s.name: s for s in info.streams}
         ctx = _Ctx(info.name, info.seed, tensor_key(info.name), lambda sname: self._read_stream(
             info, streams[sname]))

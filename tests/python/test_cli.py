@@ -880,6 +880,19 @@ def test_a_name_too_long_for_a_file_name_is_refused_up_front(tmp_path):
     gcz("decode", tmp_path / "long.gcz", "-o", tmp_path / "back.npz", check=True)
 
 
+def test_float64_beyond_what_squares_hold_is_not_measured_across_steps_either(tmp_path):
+    """sum_rel_l2 follows the per-step rule: a float64 tensor of 1e-200 wiped out by fp32 is not
+    measured (it had read 0.0, lossless), and one kept exactly is 0 at any magnitude."""
+    np.save(tmp_path / "tiny.npy", np.full(64, 1e-200))
+    for codec, want in (("fp32", None), ("none", 0.0)):
+        rep = json.loads(gcz("eval", "--steps", tmp_path / "tiny.npy", tmp_path / "tiny.npy", "-c", codec,
+                             "--json", check=True).stdout)
+        for step in rep["steps"]:
+            assert step["tensors"][0]["metrics"]["rel_l2"] == want
+            assert step["tensors"][0]["metrics"]["sum_rel_l2"] == want, (codec, step)
+            assert step["total"]["sum_rel_l2"] == want, (codec, step)
+
+
 def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
     np.savez(tmp_path / "m.npz", w=np.ones(4, np.float32), ids=np.arange(3))
     (tmp_path / "notes.txt").write_text("x")

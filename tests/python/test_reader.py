@@ -1566,12 +1566,13 @@ def test_tensor_too_large_for_memory(tmp_path, monkeypatch, make, nbytes):
 
 
 def test_the_limit_counts_the_peak_of_decoding(tmp_path, monkeypatch):
-    """MAX_DECODE_BYTES bounds a decode's peak, its decoded size times the codec's PEAK_FACTOR: a
-    kernel that overcommits kills the process before any MemoryError (a 10 KB qsgd file of 2^28
-    elements took 7.2 GB)."""
-    x = np.linspace(-1, 1, 1 << 16).astype(np.float32)  # 256 KiB decoded
-    monkeypatch.setattr(gczread, "MAX_DECODE_BYTES", 1 << 20, raising=False)
-    for spec, fits in (("none", True), ("qsgd", False)):  # peaks of 2x and 8x
+    """MAX_DECODE_BYTES bounds a decode's peak, the element count times the codec's
+    PEAK_BYTES_PER_ELEMENT: a kernel that overcommits kills the process before any MemoryError (a
+    10 KB qsgd file of 2^28 elements took 7.2 GB), and the peak is as large for a bfloat16 tensor
+    as for a float32 one."""
+    x = np.linspace(-1, 1, 1 << 16).astype(np.float32)
+    monkeypatch.setattr(gczread, "MAX_DECODE_BYTES", 24 << 16, raising=False)  # 24 bytes per element
+    for spec, fits in (("none", True), ("qsgd", False)):  # 18 and 36 bytes per element
         path = tmp_path / f"{spec}.gcz"
         path.write_bytes(_victim(tmp_path, x, spec))
         with GczFile(path) as f:
@@ -1580,8 +1581,9 @@ def test_the_limit_counts_the_peak_of_decoding(tmp_path, monkeypatch):
                 continue
             with pytest.raises(GczFormatError) as ei:
                 f.read("t")
-            assert ei.value.rule == "reader-limit" and "takes about 8x that at its peak" in str(ei.value)
-    assert set(gczread.PEAK_FACTOR) == set(gczread.CODECS), "a factor for every codec"
+            assert ei.value.rule == "reader-limit" and "about 36 bytes per element" in str(ei.value)
+    assert set(gczread.PEAK_BYTES_PER_ELEMENT) == set(gczread.CODECS), "a peak for every codec"
+    assert gczread._physical_memory() > 0
 
 
 def test_out_of_memory_while_decoding(tmp_path, monkeypatch):

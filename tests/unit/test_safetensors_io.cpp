@@ -199,6 +199,10 @@ TEST_F(SafetensorsTest, RejectsBadJson) {
   const std::string field = R"({"a": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}})";
   expect_format_error(safetensors_bytes(field, std::string(4, '\0')),
                       "tensor 'a': an object of the safetensors header has the key 'dtype' twice");
+  // __metadata__ is free-form: a key twice there is read (the last counts), as the reference does.
+  const std::string meta =
+      R"({"__metadata__": {"k": "1", "k": "2"}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  EXPECT_TRUE(open_tensor_file(write("meta.safetensors", safetensors_bytes(meta, std::string(4, '\0'))), {}));
   const std::string deep = "{\"a\": " + std::string(100, '[') + std::string(100, ']') + "}";
   expect_format_error(safetensors_bytes(deep, ""),
                       "tensor 'a': arrays and objects in the safetensors header nest more");

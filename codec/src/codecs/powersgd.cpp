@@ -57,7 +57,8 @@ Result<std::string> canonical_fallback(const Params& params) {
   auto spec = parse_codec_spec(text);
   if (!spec) return spec.status().with_context(where);
   if (spec->stages.size() != 1 || spec->stages[0].name == "zstd") {
-    return invalid_argument(where + ": the fallback is one codec stage (put zstd after powersgd: it applies to both)");
+    return invalid_argument(where + ": the fallback is one codec stage (put zstd after powersgd: it applies to both)" +
+                            detail::exponent_plus_hint(*spec));
   }
   if (spec->stages[0].name == kName) return invalid_argument(where + ": the fallback cannot be powersgd itself");
   auto codec = make_codec(spec->stages[0].name, spec->stages[0].params, Backend::kCpu);

@@ -88,7 +88,12 @@ struct EncodeOptions {
 struct CumulativeError {
   double err_sq = 0;
   double ref_sq = 0;
-  double rel_l2() const;  // sqrt(err_sq / ref_sq), 0 when both are 0
+  double max_err = 0;  // the largest |Σx̂ − Σx| and |Σx|: whether the float64 squares held
+  double max_ref = 0;
+  // sqrt(err_sq / ref_sq); 0 where every Σx̂ equals its Σx; NaN (not measured) where magnitudes leave
+  // what float64 squares hold, as for the per-step metrics (docs/CLI.md, "The report").
+  double rel_l2() const;
+  void merge(const CumulativeError& o);
 };
 
 struct TensorReport {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gcz/codec.h"
+#include "gcz/codec_spec.h"
 
 namespace gcz::detail {
 
@@ -28,6 +29,18 @@ inline std::string spec_excerpt(std::string_view text) {
   std::size_t n = 64;
   while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;  // text[n] starts a character
   return std::string(text.substr(0, n)) + "...";
+}
+
+// For a spec whose later stage begins with a digit, the likely cause: a '+' in a number's exponent
+// (1e+30), which the grammar reads as a stage separator. Empty otherwise.
+inline std::string exponent_plus_hint(const CodecSpec& spec) {
+  for (std::size_t i = 1; i < spec.stages.size(); ++i) {
+    const std::string& name = spec.stages[i].name;
+    if (!name.empty() && name[0] >= '0' && name[0] <= '9') {
+      return " (a '+' separates stages: write an exponent without it, 1e30 for 1e+30)";
+    }
+  }
+  return {};
 }
 
 class ValueCodec {
