@@ -80,6 +80,17 @@ std::size_t display_width(const std::string& s) {
 
 }  // namespace
 
+std::string table_cell(const std::string& text, std::size_t most) {
+  if (text.size() <= most) return text;
+  auto starts_char = [&](std::size_t i) {
+    return i >= text.size() || (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+  };
+  std::size_t head = (most - 3) / 3, tail = text.size() - (most - 3 - head);
+  while (head > 0 && !starts_char(head)) --head;
+  while (tail < text.size() && !starts_char(tail)) ++tail;
+  return text.substr(0, head) + "..." + text.substr(tail);
+}
+
 std::string printable(const std::string& text) {
   std::string out;
   out.reserve(text.size());

@@ -71,6 +71,7 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
   std::vector<std::vector<std::string>> table = {head};
   for (const Row& r : rows) {
     table.push_back(cells(r));
+    table.back()[0] = table_cell(r.name);   // a long name in part (JSON, CSV: whole)
     table.back()[3] = brief_spec(r.codec);  // parameters at their defaults left out (JSON, CSV: all)
     for (std::string& cell : table.back()) cell = printable(cell);
     if (!cumulative) table.back().pop_back();

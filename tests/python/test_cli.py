@@ -878,6 +878,12 @@ def test_a_name_too_long_for_a_file_name_is_refused_up_front(tmp_path):
     gcz("decode", tmp_path / "long.gcz", "-t", "b*", "-o", f"{tmp_path}/d/", check=True)
     assert (tmp_path / "d" / ("b" * 228 + ".npy")).is_file()
     gcz("decode", tmp_path / "long.gcz", "-o", tmp_path / "back.npz", check=True)
+    # The tables show it in part; --json whole.
+    for command in (["eval", tmp_path / "long.npz"], ["info", tmp_path / "long.gcz"]):
+        out = gcz(*command, check=True).stdout
+        assert "a" * 23 + "..." + "a" * 46 + "  " in out and "a" * 80 not in out, out
+    rep = json.loads(gcz("eval", tmp_path / "long.npz", "--json", check=True).stdout)
+    assert "a" * 4000 in {t["name"] for t in rep["tensors"]}
 
 
 def test_float64_beyond_what_squares_hold_is_not_measured_across_steps_either(tmp_path):
