@@ -62,6 +62,8 @@ RunFn add_encode_command(CLI::App& app) {
   return [a, ef_codec]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
+    auto view = parse_report_view(a->encode.sort, a->encode.top);
+    if (!view) return report_error(view.status());
     if (Status s = check_encode_outputs(a->encode.inputs, a->output, a->ef_state, a->ef_codec); !s) {
       return report_error(s);
     }
@@ -84,7 +86,7 @@ RunFn add_encode_command(CLI::App& app) {
     auto report = encode_files(a->encode.inputs, a->output, *options);
     progress.clear();
     if (!report) return report_error(report.status());
-    if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format);
+    if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format, *view);
     print_warnings(*report);
     if (!state_names.empty()) warn_if_state_is_foreign(a->ef_state, state_names, *report);
     return static_cast<int>(kExitOk);

@@ -42,6 +42,8 @@ RunFn add_eval_command(CLI::App& app) {
   return [a]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
+    auto view = parse_report_view(a->encode.sort, a->encode.top);
+    if (!view) return report_error(view.status());
     if ((a->ef || !a->ef_state.empty()) && !a->steps) {
       return report_error(invalid_argument(
           "--ef and --ef-state need --steps, with the step files in order (one file is a run of one step; gcz "
@@ -57,7 +59,7 @@ RunFn add_eval_command(CLI::App& app) {
       auto report = encode_files(a->encode.inputs, "", *options);
       progress.clear();
       if (!report) return report_error(report.status());
-      if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format);
+      if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format, *view);
       print_warnings(*report);
       return static_cast<int>(kExitOk);
     }
@@ -109,7 +111,7 @@ RunFn add_eval_command(CLI::App& app) {
       steps.push_back({input, std::move(*report)});
     }
     print_rule_warnings(rules);
-    if (!a->encode.quiet) print_steps(stdout, steps, a->encode.report_format, a->ef);
+    if (!a->encode.quiet) print_steps(stdout, steps, a->encode.report_format, a->ef, *view);
     return static_cast<int>(kExitOk);
   };
 }

@@ -263,6 +263,13 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
                                    [&](const CLI::Option* o) { return o == report || o == json || o == csv; });
     if (last != order.rend() && *last != report) a.report_format = *last == json ? "json" : "csv";
   });
+  app.add_option("--sort", a.sort,
+                 "Order the report's tensor rows by a column, largest first: rel_l2, cosine, norm_ratio, ratio, "
+                 "bits_per_element, snr_db, max_abs_error, mean_error, bytes_in, bytes_out, numel, nonfinite, "
+                 "decoded_nonfinite, sum_rel_l2, or name (A to Z); ':asc' or ':desc' after it sets the order. "
+                 "Example: --sort rel_l2 --top 20 (the 20 worst)");
+  app.add_option("--top", a.top, "Show only the first N tensor rows (after --sort); TOTAL still counts every tensor")
+      ->check(whole_number(UINT64_MAX));
   app.add_flag("-q,--quiet", a.quiet, "Print no report (errors and warnings still go to stderr)");
 }
 

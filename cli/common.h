@@ -81,6 +81,8 @@ struct EncodeArgs {
   std::string raw_shape;
   std::vector<std::string> meta;
   std::string report_format = "table";
+  std::string sort;  // --sort KEY[:asc|:desc]
+  uint64_t top = 0;  // --top N (0: every tensor)
   bool quiet = false;
 };
 

@@ -109,24 +109,66 @@ void print_csv(std::FILE* out, const std::vector<Row>& rows, const std::string& 
   }
 }
 
-std::vector<Row> rows_of(const EncodeReport& report) {
+// The sort keys: "name", and each metric by its JSON name.
+const std::vector<std::pair<std::string, double (*)(const TensorReport&)>>& sort_keys() {
+  static const std::vector<std::pair<std::string, double (*)(const TensorReport&)>> keys = {
+      {"numel", [](const TensorReport& t) { return static_cast<double>(t.metrics.numel); }},
+      {"bytes_in", [](const TensorReport& t) { return static_cast<double>(t.metrics.bytes_in); }},
+      {"bytes_out", [](const TensorReport& t) { return static_cast<double>(t.metrics.bytes_out); }},
+      {"ratio", [](const TensorReport& t) { return t.metrics.ratio; }},
+      {"bits_per_element", [](const TensorReport& t) { return t.metrics.bits_per_element; }},
+      {"rel_l2", [](const TensorReport& t) { return t.metrics.rel_l2; }},
+      {"cosine", [](const TensorReport& t) { return t.metrics.cosine; }},
+      {"max_abs_error", [](const TensorReport& t) { return t.metrics.max_abs_error; }},
+      {"snr_db", [](const TensorReport& t) { return t.metrics.snr_db; }},
+      {"norm_ratio", [](const TensorReport& t) { return t.metrics.norm_ratio; }},
+      {"mean_error", [](const TensorReport& t) { return t.metrics.mean_error; }},
+      {"nonfinite", [](const TensorReport& t) { return static_cast<double>(t.metrics.nonfinite); }},
+      {"decoded_nonfinite", [](const TensorReport& t) { return static_cast<double>(t.metrics.decoded_nonfinite); }},
+      {"sum_rel_l2", [](const TensorReport& t) { return t.cumulative ? t.cumulative->rel_l2() : std::nan(""); }},
+  };
+  return keys;
+}
+
+// The tensors a view shows, in its order.
+std::vector<const TensorReport*> shown(const EncodeReport& report, const ReportView& view) {
+  std::vector<const TensorReport*> out;
+  for (const TensorReport& t : report.tensors) out.push_back(&t);
+  if (view.key == "name") {
+    std::stable_sort(out.begin(), out.end(), [&](const TensorReport* a, const TensorReport* b) {
+      return view.ascending ? a->name < b->name : b->name < a->name;
+    });
+  } else if (!view.key.empty()) {
+    double (*value)(const TensorReport&) = nullptr;
+    for (const auto& [k, f] : sort_keys()) value = k == view.key ? f : value;
+    std::stable_sort(out.begin(), out.end(), [&](const TensorReport* a, const TensorReport* b) {
+      const double x = value(*a), y = value(*b);
+      if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);  // NaN last
+      return view.ascending ? x < y : y < x;
+    });
+  }
+  if (view.top != 0 && out.size() > view.top) out.resize(view.top);
+  return out;
+}
+
+std::vector<Row> rows_of(const EncodeReport& report, const ReportView& view) {
   std::vector<Row> rows;
-  for (const TensorReport& t : report.tensors) {
-    rows.push_back({t.name, shape_to_string(t.shape), std::string(dtype_name(t.dtype)), t.codec, &t.metrics,
-                    t.cumulative});
+  for (const TensorReport* t : shown(report, view)) {
+    rows.push_back(
+        {t->name, shape_to_string(t->shape), std::string(dtype_name(t->dtype)), t->codec, &t->metrics, t->cumulative});
   }
   rows.push_back({"TOTAL", std::to_string(report.tensors.size()) + " tensors", "", "", &report.total,
                   report.cumulative});
   return rows;
 }
 
-json report_json(const EncodeReport& report) {
+json report_json(const EncodeReport& report, const ReportView& view) {
   json tensors = json::array();
-  for (const TensorReport& t : report.tensors) {
-    json m = metrics_json(t.metrics);
-    if (t.cumulative) m["sum_rel_l2"] = num(t.cumulative->rel_l2());
-    tensors.push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"codec", t.codec},
-                       {"metrics", m}});
+  for (const TensorReport* t : shown(report, view)) {
+    json m = metrics_json(t->metrics);
+    if (t->cumulative) m["sum_rel_l2"] = num(t->cumulative->rel_l2());
+    tensors.push_back(
+        {{"name", t->name}, {"dtype", dtype_name(t->dtype)}, {"shape", t->shape}, {"codec", t->codec}, {"metrics", m}});
   }
   json skipped = json::array();
   for (const SkippedTensor& s : report.skipped) {
@@ -157,21 +199,42 @@ std::string human_bytes(uint64_t bytes) {
   return buf;
 }
 
-void print_report(std::FILE* out, const EncodeReport& report, const std::string& format) {
+Result<ReportView> parse_report_view(const std::string& sort, uint64_t top) {
+  ReportView view;
+  view.top = top;
+  if (sort.empty()) return view;
+  const std::size_t colon = sort.find(':');
+  view.key = sort.substr(0, colon);
+  const std::string order = colon == std::string::npos ? "" : sort.substr(colon + 1);
+  if (order != "" && order != "asc" && order != "desc") {
+    return invalid_argument("--sort '" + sort + "': the order after ':' is asc or desc");
+  }
+  view.ascending = order.empty() ? view.key == "name" : order == "asc";
+  std::string known = "name";
+  for (const auto& [k, f] : sort_keys()) {
+    if (k == view.key) return view;
+    known += ", " + k;
+  }
+  if (view.key == "name") return view;
+  return invalid_argument("--sort '" + sort + "': no such column (known: " + known + ")");
+}
+
+void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view) {
   if (format == "json") {
-    std::fprintf(out, "%s\n", report_json(report).dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    std::fprintf(out, "%s\n", report_json(report, view).dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else if (format == "csv") {
-    print_csv(out, rows_of(report));
+    print_csv(out, rows_of(report, view));
   } else {
-    print_table(out, rows_of(report));
+    print_table(out, rows_of(report, view));
   }
 }
 
-void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback) {
+void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback,
+                 const ReportView& view) {
   if (format == "json") {
     json j = {{"error_feedback", feedback}, {"steps", json::array()}};
     for (const StepReport& s : steps) {
-      json r = report_json(s.report);
+      json r = report_json(s.report, view);
       r["file"] = s.file;
       j["steps"].push_back(r);
     }
@@ -180,8 +243,8 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
   }
   if (format == "csv") {
     for (std::size_t k = 0; k < steps.size(); ++k) {
-      print_csv(out, rows_of(steps[k].report), "step,file,", std::to_string(k) + "," + csv_field(steps[k].file) + ",",
-                k == 0);
+      print_csv(out, rows_of(steps[k].report, view), "step,file,",
+                std::to_string(k) + "," + csv_field(steps[k].file) + ",", k == 0);
     }
     return;
   }
@@ -189,7 +252,7 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
   for (std::size_t k = 0; k < steps.size(); ++k) {
     const EncodeReport& r = steps[k].report;
     std::fprintf(out, "== step %zu: %s (%zu of %zu)\n", k, printable(steps[k].file).c_str(), k + 1, steps.size());
-    print_table(out, rows_of(r));
+    print_table(out, rows_of(r, view));
     std::fprintf(out, "\n");
     summary.push_back({std::to_string(k), printable(steps[k].file), fmt("%.2f", r.total.ratio),
                        fmt("%.3e", r.total.rel_l2), fmt("%.6f", r.total.cosine), fmt("%.4f", r.total.norm_ratio),

@@ -8,8 +8,19 @@
 
 namespace gcz::cli {
 
+// Which tensors' rows a report shows, in which order: sorted by `key` (a metric's JSON name, or
+// "name"), largest first or, with `ascending`, smallest first (NaN last, ties in file order); the
+// first `top` (0: all). The TOTAL row is always every tensor's.
+struct ReportView {
+  std::string key;
+  bool ascending = false;
+  uint64_t top = 0;
+};
+// From --sort KEY[:asc|:desc] and --top N; an unknown key is a usage error listing the known ones.
+Result<ReportView> parse_report_view(const std::string& sort, uint64_t top);
+
 // format: "table", "json" or "csv".
-void print_report(std::FILE* out, const EncodeReport& report, const std::string& format);
+void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view = {});
 
 // One step of `gcz eval --steps`.
 struct StepReport {
@@ -18,7 +29,8 @@ struct StepReport {
 };
 // Every step's per-tensor report, then a summary line per step (table); one JSON document; or one CSV
 // with `step` and `file` columns first.
-void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback);
+void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std::string& format, bool feedback,
+                 const ReportView& view = {});
 // Norm-ratio, non-finite and skipped-tensor notes, and (unless told not to) the rules that chose no
 // tensor's codec, on stderr; with `step` (eval --steps: the step's file), each tensor's warning names it.
 void print_warnings(const EncodeReport& report, bool rules = true, const std::string& step = "");

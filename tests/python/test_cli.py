@@ -899,6 +899,30 @@ def test_float64_beyond_what_squares_hold_is_not_measured_across_steps_either(tm
             assert step["total"]["sum_rel_l2"] == want, (codec, step)
 
 
+@needs_samples
+def test_sort_and_top_choose_the_rows(tmp_path):
+    """--sort orders the tensor rows (largest first, NaN last), --top keeps the first N; TOTAL is
+    every tensor's, in every format."""
+    full = json.loads(gcz("eval", SAMPLE, "-c", "topk", "--json", check=True).stdout)
+    worst = sorted(full["tensors"], key=lambda t: -t["metrics"]["rel_l2"])[:3]
+    rep = json.loads(gcz("eval", SAMPLE, "-c", "topk", "--sort", "rel_l2", "--top", "3", "--json", check=True).stdout)
+    assert [t["name"] for t in rep["tensors"]] == [t["name"] for t in worst]
+    assert rep["total"] == full["total"]
+    rep = json.loads(gcz("eval", SAMPLE, "-c", "topk", "--sort", "cosine:asc", "--json", check=True).stdout)
+    cos = [t["metrics"]["cosine"] for t in rep["tensors"]]
+    assert cos == sorted(cos) and len(cos) == len(full["tensors"])
+    rows = list(csv.reader(io.StringIO(gcz("eval", SAMPLE, "-c", "topk", "--sort", "name", "--top", "2", "--csv",
+                                           check=True).stdout)))
+    names = sorted(t["name"] for t in full["tensors"])[:2]
+    assert [r[0] for r in rows[1:]] == names + ["TOTAL"], rows
+    table = gcz("eval", SAMPLE, "-c", "topk", "--sort", "rel_l2", "--top", "1", check=True).stdout.splitlines()
+    assert table[1].startswith(worst[0]["name"] + " ") and f"{len(full['tensors'])} tensors" in table[-1]
+    r = gcz("eval", SAMPLE, "--sort", "cosne")
+    assert r.returncode == EXIT_USAGE and "--sort 'cosne': no such column (known: name, numel" in r.stderr
+    r = gcz("eval", SAMPLE, "--sort", "rel_l2:up")
+    assert r.returncode == EXIT_USAGE and "asc or desc" in r.stderr
+
+
 def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
     np.savez(tmp_path / "m.npz", w=np.ones(4, np.float32), ids=np.arange(3))
     (tmp_path / "notes.txt").write_text("x")
