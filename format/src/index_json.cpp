@@ -26,15 +26,36 @@ json params_to_json(const Params& params) {
   return out;
 }
 
+// The metrics an index stores (FORMAT.md §5.5): counts, and numbers written null where not finite.
+struct MetricField {
+  const char* key;
+  uint64_t Metrics::*count;
+  double Metrics::*number;
+};
+constexpr MetricField kStoredMetrics[] = {
+    {"numel", &Metrics::numel, nullptr},
+    {"bytes_in", &Metrics::bytes_in, nullptr},
+    {"bytes_out", &Metrics::bytes_out, nullptr},
+    {"ratio", nullptr, &Metrics::ratio},
+    {"bits_per_element", nullptr, &Metrics::bits_per_element},
+    {"rel_l2", nullptr, &Metrics::rel_l2},
+    {"cosine", nullptr, &Metrics::cosine},
+    {"max_abs_error", nullptr, &Metrics::max_abs_error},
+    {"snr_db", nullptr, &Metrics::snr_db},
+    {"norm_ratio", nullptr, &Metrics::norm_ratio},
+    {"mean_error", nullptr, &Metrics::mean_error},
+    {"nonfinite", &Metrics::nonfinite, nullptr},
+};
+
 json metrics_to_json(const Metrics& m) {
-  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
-  return json{{"numel", m.numel},       {"bytes_in", m.bytes_in},
-              {"bytes_out", m.bytes_out}, {"ratio", num(m.ratio)},
-              {"bits_per_element", num(m.bits_per_element)},
-              {"rel_l2", num(m.rel_l2)},  {"cosine", num(m.cosine)},
-              {"max_abs_error", num(m.max_abs_error)}, {"snr_db", num(m.snr_db)},
-              {"norm_ratio", num(m.norm_ratio)}, {"mean_error", num(m.mean_error)},
-              {"nonfinite", m.nonfinite}};
+  json out = json::object();
+  for (const MetricField& f : kStoredMetrics) {
+    if (f.count)
+      out[f.key] = m.*f.count;
+    else
+      out[f.key] = std::isfinite(m.*f.number) ? json(m.*f.number) : json(nullptr);
+  }
+  return out;
 }
 
 // The stored metrics, which are informative (FORMAT.md §5.5): kept for `gcz info --json` where they
@@ -42,30 +63,17 @@ json metrics_to_json(const Metrics& m) {
 std::optional<Metrics> metrics_from_json(const json& j) {
   if (!j.is_object()) return std::nullopt;
   Metrics m;
-  bool ok = true;
-  auto count = [&](const char* key, uint64_t& v) {
-    auto it = j.find(key);
-    ok = ok && it != j.end() && it->is_number_unsigned();
-    if (ok) v = it->get<uint64_t>();
-  };
-  auto number = [&](const char* key, double& v) {
-    auto it = j.find(key);
-    ok = ok && it != j.end() && (it->is_number() || it->is_null());
-    if (ok) v = it->is_null() ? std::nan("") : it->get<double>();
-  };
-  count("numel", m.numel);
-  count("bytes_in", m.bytes_in);
-  count("bytes_out", m.bytes_out);
-  number("ratio", m.ratio);
-  number("bits_per_element", m.bits_per_element);
-  number("rel_l2", m.rel_l2);
-  number("cosine", m.cosine);
-  number("max_abs_error", m.max_abs_error);
-  number("snr_db", m.snr_db);
-  number("norm_ratio", m.norm_ratio);
-  number("mean_error", m.mean_error);
-  count("nonfinite", m.nonfinite);
-  return ok ? std::optional<Metrics>(m) : std::nullopt;
+  for (const MetricField& f : kStoredMetrics) {
+    auto it = j.find(f.key);
+    if (it == j.end()) return std::nullopt;
+    if (f.count && it->is_number_unsigned())
+      m.*f.count = it->get<uint64_t>();
+    else if (f.number && (it->is_number() || it->is_null()))
+      m.*f.number = it->is_null() ? std::nan("") : it->get<double>();
+    else
+      return std::nullopt;
+  }
+  return m;
 }
 
 std::string hex64(uint64_t v) {
