@@ -86,7 +86,7 @@ RunFn add_eval_command(CLI::App& app) {
     std::vector<RuleUse> rules;  // what each rule did in any step
     for (const std::string& input : a->encode.inputs) {
       progress.set_verb("evaluating step " + std::to_string(steps.size() + 1) + "/" +
-                        std::to_string(a->encode.inputs.size()));
+                        std::to_string(a->encode.inputs.size()) + ":");
       auto report = encode_files({input}, "", *options);
       progress.clear();
       if (!report) return report_error(report.status());

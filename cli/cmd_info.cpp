@@ -31,7 +31,7 @@ void print_table(const GczReader& r) {
     const double in = static_cast<double>(*t.info.byte_size());
     if (stored) std::snprintf(ratio, sizeof ratio, "%.2f", in / static_cast<double>(stored));
     else std::snprintf(ratio, sizeof ratio, "-");
-    rows.push_back({printable(table_cell(t.info.name)), std::string(dtype_name(t.info.dtype)),
+    rows.push_back({table_cell(printable(t.info.name)), std::string(dtype_name(t.info.dtype)),
                     shape_to_string(t.info.shape), printable(brief_spec(chain_to_string(t.chain))), printable(streams),
                     human_bytes(stored), ratio});
   }

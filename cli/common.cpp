@@ -82,12 +82,21 @@ std::size_t display_width(const std::string& s) {
 
 std::string table_cell(const std::string& text, std::size_t most) {
   if (text.size() <= most) return text;
+  // A cut falls between whole UTF-8 characters and outside printable()'s \xNN escapes.
+  auto escape_at = [&](std::size_t i) {  // the start of an escape that i falls inside, or npos
+    for (std::size_t j = i >= 3 ? i - 3 : 0; j < i; ++j) {
+      if (text[j] == '\\' && j + 1 < text.size() && text[j + 1] == 'x') return j;
+    }
+    return std::string::npos;
+  };
   auto starts_char = [&](std::size_t i) {
     return i >= text.size() || (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
   };
   std::size_t head = (most - 3) / 3, tail = text.size() - (most - 3 - head);
   while (head > 0 && !starts_char(head)) --head;
+  if (const std::size_t e = escape_at(head); e != std::string::npos) head = e;
   while (tail < text.size() && !starts_char(tail)) ++tail;
+  if (const std::size_t e = escape_at(tail); e != std::string::npos) tail = std::min(text.size(), e + 4);
   return text.substr(0, head) + "..." + text.substr(tail);
 }
 
@@ -168,7 +177,7 @@ ProgressFn ProgressLine::callback() {
   if (!enabled_) return {};
   return [this](const Progress& p) {
     if (p.tensors == 0) {  // still opening the inputs (a directory of many files, an index of many tensors)
-      show("(opening " + (p.name ? *p.name : std::string()) + ")");
+      show("(opening " + table_cell(printable(p.name ? *p.name : std::string()), 60) + ")");
       return;
     }
     const double t = now_seconds();
@@ -178,7 +187,7 @@ ProgressFn ProgressLine::callback() {
     char text[160];
     std::snprintf(text, sizeof text, "%zu/%zu %5.1f%% %.1f/%.1f MiB  ", p.tensor + 1, p.tensors, pct,
                   static_cast<double>(p.bytes_done) / 1048576.0, static_cast<double>(p.bytes_total) / 1048576.0);
-    show(text + (p.name ? *p.name : std::string()));
+    show(text + table_cell(printable(p.name ? *p.name : std::string()), 60));  // a file's name, escaped
   };
 }
 
@@ -266,9 +275,11 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
   app.add_option("--sort", a.sort,
                  "Order the report's tensor rows by a column, largest first: rel_l2, cosine, norm_ratio, ratio, "
                  "bits_per_element, snr_db, max_abs_error, mean_error, bytes_in, bytes_out, numel, nonfinite, "
-                 "decoded_nonfinite, sum_rel_l2, or name (A to Z); ':asc' or ':desc' after it sets the order. "
-                 "Example: --sort rel_l2 --top 20 (the 20 worst)");
-  app.add_option("--top", a.top, "Show only the first N tensor rows (after --sort); TOTAL still counts every tensor")
+                 "decoded_nonfinite, sum_rel_l2 (with --steps), or name (A to Z); ':asc' or ':desc' after it sets the "
+                 "order; tensors not measured (nan) come first. Example: --sort rel_l2 --top 20 (the 20 worst)");
+  app.add_option(
+         "--top", a.top,
+         "Show only the first N tensor rows (after --sort; 0, the default: all); TOTAL still counts every tensor")
       ->check(whole_number(UINT64_MAX));
   app.add_flag("-q,--quiet", a.quiet, "Print no report (errors and warnings still go to stderr)");
 }

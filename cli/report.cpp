@@ -71,9 +71,9 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
   std::vector<std::vector<std::string>> table = {head};
   for (const Row& r : rows) {
     table.push_back(cells(r));
-    table.back()[0] = table_cell(r.name);   // a long name in part (JSON, CSV: whole)
     table.back()[3] = brief_spec(r.codec);  // parameters at their defaults left out (JSON, CSV: all)
     for (std::string& cell : table.back()) cell = printable(cell);
+    table.back()[0] = table_cell(table.back()[0]);  // a long name in part (JSON, CSV: whole)
     if (!cumulative) table.back().pop_back();
   }
   print_columns(out, table, 4, /*rule_before_last=*/true);
@@ -143,7 +143,7 @@ std::vector<const TensorReport*> shown(const EncodeReport& report, const ReportV
     for (const auto& [k, f] : sort_keys()) value = k == view.key ? f : value;
     std::stable_sort(out.begin(), out.end(), [&](const TensorReport* a, const TensorReport* b) {
       const double x = value(*a), y = value(*b);
-      if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);  // NaN last
+      if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && !std::isnan(y);  // not measured: first
       return view.ascending ? x < y : y < x;
     });
   }
@@ -206,8 +206,17 @@ Result<ReportView> parse_report_view(const std::string& sort, uint64_t top) {
   const std::size_t colon = sort.find(':');
   view.key = sort.substr(0, colon);
   const std::string order = colon == std::string::npos ? "" : sort.substr(colon + 1);
-  if (order != "" && order != "asc" && order != "desc") {
+  if (colon != std::string::npos && order != "asc" && order != "desc") {
     return invalid_argument("--sort '" + sort + "': the order after ':' is asc or desc");
+  }
+  // The table's own headers name the same columns.
+  for (const auto& [header, key] : {std::pair<const char*, const char*>{"in", "bytes_in"},
+                                    {"out", "bytes_out"},
+                                    {"bits/el", "bits_per_element"},
+                                    {"max_abs_err", "max_abs_error"},
+                                    {"mean_err", "mean_error"},
+                                    {"tensor", "name"}}) {
+    if (view.key == header) view.key = key;
   }
   view.ascending = order.empty() ? view.key == "name" : order == "asc";
   std::string known = "name";

@@ -9,8 +9,9 @@
 namespace gcz::cli {
 
 // Which tensors' rows a report shows, in which order: sorted by `key` (a metric's JSON name, or
-// "name"), largest first or, with `ascending`, smallest first (NaN last, ties in file order); the
-// first `top` (0: all). The TOTAL row is always every tensor's.
+// "name"), largest first or, with `ascending`, smallest first (NaN, not measured, first either way:
+// it is no tensor to leave out of a --top; ties in file order); the first `top` (0: all). The TOTAL
+// row is always every tensor's.
 struct ReportView {
   std::string key;
   bool ascending = false;

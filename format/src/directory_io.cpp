@@ -213,16 +213,17 @@ WriterResult create_directory_writer(const std::string& path, const std::vector<
   GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, "a directory of .npy files"));
   for (const TensorInfo& t : tensors) {
     GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));
-    // Each part of a name becomes a file or directory name, with ".npy" and a temporary suffix
-    // (".tmp-PID-N", up to 23 bytes): 255 bytes at most on common file systems.
-    constexpr std::size_t kMostPart = 255 - 4 - 23;
+    // Each part of a name becomes a directory's name, or the last a file's, with ".npy" and a
+    // temporary suffix (".tmp-PID-N", up to 23 bytes): 255 bytes at most on common file systems.
+    constexpr std::size_t kMostName = 255, kMostFile = kMostName - 4 - 23;
     for (std::size_t begin = 0, end; begin < t.name.size(); begin = end + 1) {
       end = std::min(t.name.find('/', begin), t.name.size());
-      if (end - begin > kMostPart) {
-        return invalid_argument(path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) +
-                                "...': a part of its name has " + std::to_string(end - begin) +
-                                " bytes, more than the " + std::to_string(kMostPart) +
-                                " a file name can take here (.safetensors, .npz and .h5 keep long names)");
+      const bool file = end == t.name.size();
+      if (end - begin > (file ? kMostFile : kMostName)) {
+        return invalid_argument(
+            path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) + "...': a part of its name has " +
+            std::to_string(end - begin) + " bytes, more than the " + std::to_string(file ? kMostFile : kMostName) +
+            " a " + (file ? "file" : "directory") + " name can take here (.safetensors, .npz and .h5 keep long names)");
       }
     }
   }

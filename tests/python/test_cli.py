@@ -869,14 +869,15 @@ def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
 def test_a_name_too_long_for_a_file_name_is_refused_up_front(tmp_path):
     """A 4000-byte name decodes to .npz, and is refused for a directory in one short line (it had
     failed at the temporary file, the name written out twice: 8 KB)."""
-    np.savez(tmp_path / "long.npz", **{"a" * 4000: np.ones(3, np.float32), "b" * 228: np.zeros(2, np.float32)})
+    np.savez(tmp_path / "long.npz", **{"a" * 4000: np.ones(3, np.float32), "b" * 228: np.zeros(2, np.float32),
+                                       "c" * 255 + "/x": np.zeros(1, np.float32)})
     gcz("encode", tmp_path / "long.npz", "-o", tmp_path / "long.gcz", "-q", check=True)
     r = gcz("decode", tmp_path / "long.gcz", "-o", f"{tmp_path}/d/")
     assert r.returncode == EXIT_USAGE and len(r.stderr) < 400, r.stderr
     assert "a part of its name has 4000 bytes, more than the 228" in r.stderr
     assert not (tmp_path / "d").exists()
-    gcz("decode", tmp_path / "long.gcz", "-t", "b*", "-o", f"{tmp_path}/d/", check=True)
-    assert (tmp_path / "d" / ("b" * 228 + ".npy")).is_file()
+    gcz("decode", tmp_path / "long.gcz", "-t", "b*", "-t", "c*", "-o", f"{tmp_path}/d/", check=True)
+    assert (tmp_path / "d" / ("b" * 228 + ".npy")).is_file() and (tmp_path / "d" / ("c" * 255) / "x.npy").is_file()
     gcz("decode", tmp_path / "long.gcz", "-o", tmp_path / "back.npz", check=True)
     # The tables show it in part; --json whole.
     for command in (["eval", tmp_path / "long.npz"], ["info", tmp_path / "long.gcz"]):
@@ -919,8 +920,20 @@ def test_sort_and_top_choose_the_rows(tmp_path):
     assert table[1].startswith(worst[0]["name"] + " ") and f"{len(full['tensors'])} tensors" in table[-1]
     r = gcz("eval", SAMPLE, "--sort", "cosne")
     assert r.returncode == EXIT_USAGE and "--sort 'cosne': no such column (known: name, numel" in r.stderr
-    r = gcz("eval", SAMPLE, "--sort", "rel_l2:up")
-    assert r.returncode == EXIT_USAGE and "asc or desc" in r.stderr
+    for bad in ("rel_l2:up", "rel_l2:"):
+        r = gcz("eval", SAMPLE, "--sort", bad)
+        assert r.returncode == EXIT_USAGE and "asc or desc" in r.stderr, bad
+    # The table's headers name the same columns; a tensor not measured comes first either way.
+    header = json.loads(gcz("eval", SAMPLE, "-c", "topk", "--sort", "max_abs_err", "--top", "3", "--json",
+                            check=True).stdout)
+    assert [t["name"] for t in header["tensors"]] == [t["name"] for t in sorted(
+        full["tensors"], key=lambda t: -t["metrics"]["max_abs_error"])[:3]]
+    np.save(tmp_path / "ok.npy", np.array([0.5, 1.0], np.float32))
+    np.save(tmp_path / "nan64.npy", np.full(4, 1e-200))
+    for order in ("rel_l2", "rel_l2:asc", "cosine:asc"):
+        rep = json.loads(gcz("eval", tmp_path / "ok.npy", tmp_path / "nan64.npy", "-c", "fp16", "--sort", order,
+                             "--top", "1", "--json", check=True).stdout)
+        assert [t["name"] for t in rep["tensors"]] == ["nan64"], (order, rep["tensors"])
 
 
 def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
@@ -931,15 +944,11 @@ def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
         (str(tmp_path / "m.npz"), "ids"), (str(tmp_path), "notes.txt")}, rep["skipped"]
 
 
-@needs_samples
-def test_the_progress_line_of_steps(tmp_path):
-    """On a terminal, eval --steps says which step it is on, and counts bytes of the input's dtype
-    (a bfloat16 step under --ef had counted its float32 working copy: 200%)."""
+def on_a_terminal(cmd) -> bytes:
+    """What `cmd` draws on stderr when stderr is a terminal (a pseudo-terminal); it must succeed."""
     import pty
     leader, follower = pty.openpty()
-    steps = [SAMPLE, SAMPLE_BF16, SAMPLES / "step_0001.safetensors"]
-    r = subprocess.run([str(GCZ), "eval", "--steps", *map(str, steps), "-c", "topk", "--ef", "-q"],
-                       stdout=subprocess.DEVNULL, stderr=follower, timeout=300)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=follower, timeout=300)
     os.close(follower)
     drawn = b""
     while True:
@@ -951,12 +960,34 @@ def test_the_progress_line_of_steps(tmp_path):
             break
         drawn += chunk
     os.close(leader)
-    assert r.returncode == 0
+    assert r.returncode == 0, drawn
+    return drawn
+
+
+def test_the_progress_line_escapes_names(tmp_path):
+    """A tensor name or path from a file reaches the terminal escaped, as in every other output (a
+    name with an OSC sequence could set the window title)."""
+    name = "\x1b]0;TITLE\x07evil"
+    header = json.dumps({name: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    path = tmp_path / "esc\x1b[31m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(8))
+    drawn = on_a_terminal([str(GCZ), "eval", str(path), "-q"])
+    assert b"\x1b]0" not in drawn and b"\x1b[31m" not in drawn, drawn
+    assert b"\\x1b]0;TITLE\\x07evil" in drawn and b"esc\\x1b[31m" in drawn, drawn
+
+
+@needs_samples
+def test_the_progress_line_of_steps(tmp_path):
+    """On a terminal, eval --steps says which step it is on, and counts bytes of the input's dtype
+    (a bfloat16 step under --ef had counted its float32 working copy: 200%)."""
+    steps = [SAMPLE, SAMPLE_BF16, SAMPLES / "step_0001.safetensors"]
+    drawn = on_a_terminal([str(GCZ), "eval", "--steps", *map(str, steps), "-c", "topk", "--ef", "-q"])
     lines = [line for line in drawn.decode().replace("\r", "\n").split("\n") if "evaluating" in line]
     assert lines, drawn
     for k in (1, 2, 3):
-        assert any(f"evaluating step {k}/3 " in line for line in lines), lines
-        assert any(f"evaluating step {k}/3 (opening {steps[k - 1]})" in line for line in lines), lines
+        assert any(f"evaluating step {k}/3: " in line for line in lines), lines
+        assert any(f"evaluating step {k}/3: (opening " in line and line.endswith(f"{steps[k - 1].name})")
+                   for line in lines), lines
     for line in (line for line in lines if "(opening" not in line):
         pct = float(re.search(r" ([0-9.]+)% ", line).group(1))
         assert pct <= 100.0, line

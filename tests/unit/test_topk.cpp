@@ -107,14 +107,17 @@ TEST(TopK, KeysThatChangeBetweenPassesStayInBounds) {
   const uint64_t n = 100000;
   for (uint32_t later : {0u, 0x80000000u, 0xFFFFFFFFu}) {
     for (uint64_t k : {uint64_t{20}, uint64_t{5000}, uint64_t{60000}}) {
-      uint64_t calls = 0;
-      auto key_at = [&](uint64_t i) -> uint32_t {
-        if (++calls > n) return later;  // after the histogram
-        return i < 10 ? 0u : i < 10010 ? 0x80000000u : 0xF0000000u;
-      };
-      const std::vector<uint64_t> idx = detail::select_smallest<uint32_t>(n, k, key_at);
-      EXPECT_LE(idx.size(), k);
-      EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
+      for (bool spread : {false, true}) {  // few distinct keys (the dense path), or many (sparse)
+        uint64_t calls = 0;
+        auto key_at = [&](uint64_t i) -> uint32_t {
+          if (++calls > n) return later;  // after the histogram
+          if (spread) return static_cast<uint32_t>(i * 2654435761u);
+          return i < 10 ? 0u : i < 10010 ? 0x80000000u : 0xF0000000u;
+        };
+        const std::vector<uint64_t> idx = detail::select_smallest<uint32_t>(n, k, key_at);
+        EXPECT_LE(idx.size(), k);
+        EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
+      }
     }
   }
 }

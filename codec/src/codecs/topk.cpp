@@ -58,6 +58,9 @@ Status TopKCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
   if (n == 0) return Status::ok();
   const uint64_t k = count_.k(n);
   const std::vector<uint64_t> idx = select_top_k(t.dtype, src, n, k);
+  if (idx.size() != k) {  // the selection's passes saw different values
+    return io_error("topk: the tensor changed while it was read (was its file rewritten meanwhile?)");
+  }
   encode_indices(idx, n, out[0]);
   const std::vector<float> values = gather_values(t.dtype, src, idx, 1.0f);
   return values_.encode({k}, values.data(), out.data() + 1, context_).with_context("topk");

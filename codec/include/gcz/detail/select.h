@@ -57,10 +57,11 @@ inline constexpr int kDigitBits = 11;
 inline constexpr std::size_t kBuckets = std::size_t{1} << kDigitBits;
 
 // The bucket holding the need-th smallest element (need >= 1, counted from the first bucket); on
-// return `need` counts from that bucket's first element.
+// return `need` counts from that bucket's first element. The last bucket where there are fewer (keys
+// that changed since they were counted: a wrong selection, not a read out of bounds).
 inline uint64_t pick_bucket(const std::vector<uint64_t>& hist, uint64_t& need) {
   uint64_t b = 0;
-  while (hist[b] < need) need -= hist[b++];
+  while (b + 1 < hist.size() && hist[b] < need) need -= hist[b++];
   return b;
 }
 
