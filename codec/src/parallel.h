@@ -50,8 +50,9 @@ void run_parts(unsigned parts, uint64_t n, uint64_t align, const F& f) {
 // end) for each, the pieces handed out in order to whichever of the `workers` asks next: worker 0 is
 // the calling thread, the others threads of their own; returns when all are done. A worker that runs
 // slower (its core shared with other work) takes fewer pieces instead of holding up the others, as a
-// fixed split would (a worker with no thread to be had runs first, here). k names the worker, for its scratch: which
-// pieces it gets depends on timing, so f's results must go where the piece, not the worker, says.
+// fixed split would (a worker with no thread to be had runs first, here). k names the worker, for its
+// scratch: which pieces it gets depends on timing, so f's results must go where the piece, not the
+// worker, says.
 template <class F>
 void run_pieces(unsigned workers, uint64_t n, uint64_t piece, const F& f) {
   const uint64_t pieces = n / piece + (n % piece != 0);

@@ -3,8 +3,8 @@
 // Every fallible function in libgcz returns a Status or a Result<T>; nothing in the library throws past
 // its boundary or aborts, but std::bad_alloc where memory runs out on the calling thread (the standard
 // containers' way; the gcz command turns it into "out of memory"; on a worker thread it ends the
-// process). Threads it cannot make only make it slower. A Status carries one
-// StatusCode (fixed values, never reused) and a one-line message naming the file, tensor and rule involved.
+// process). Threads it cannot make only make it slower. A Status carries one StatusCode (fixed values,
+// never reused) and a one-line message naming the file, tensor and rule involved.
 //
 //   gcz::Result<gcz::GczReader> r = gcz::GczReader::open("grads.gcz");
 //   if (!r) { std::fprintf(stderr, "error: %s\n", r.status().message().c_str()); return 1; }
