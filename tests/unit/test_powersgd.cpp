@@ -12,6 +12,10 @@
 #include <filesystem>
 #include <random>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "gcz/codec_spec.h"
 #include "gcz/convert.h"
 #include "gcz/detail/powersgd_math.h"
@@ -241,6 +245,24 @@ TEST(PowerSgd, DecodeIsTheStatedFloat64Sum) {
     EXPECT_NEAR(err, err32, 0.01) << dtype_name(d);
   }
 }
+
+#if defined(__x86_64__)
+// Decoding rounds each float64 sum to float32 to nearest even whatever the FPU's rounding mode (a
+// bare cast followed it); encoding is the caller's arithmetic and is not asked to.
+TEST(PowerSgd, DecodeIgnoresTheFpuRoundingMode) {
+  const uint64_t n = 37, m = 53;
+  const Matrix x = with_spectrum(n, m, geometric(30, 0.7), 5);
+  auto c = make("powersgd:rank=3,min_rate=1");
+  const TensorInfo t{"w", DType::kFloat32, {n, m}};
+  const auto streams = encode(*c, t, x.data());
+  const ByteBuffer want = decode(*c, t, streams);
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr((saved & ~0x6000u) | 0x2000u);  // round toward -infinity
+  const ByteBuffer got = decode(*c, t, streams);
+  _mm_setcsr(saved);
+  EXPECT_EQ(got, want);
+}
+#endif
 
 TEST(PowerSgd, StoredPIsOrthogonalAndBalanced) {
   const uint64_t n = 64, m = 48, r = 4;

@@ -259,14 +259,9 @@ void reconstruct(const std::vector<float>& p, const std::vector<float>& q, Dims 
       const double* qc = qt.data() + c * d.m;
       for (uint64_t j = 0; j < d.m; ++j) row[j] = row[j] + pc * qc[j];
     }
-    std::byte* out = static_cast<std::byte*>(dst) + i * row_bytes;
-    if (dtype == DType::kFloat32) {
-      // The hardware cast rounds to nearest even like convert_elements, and vectorizes.
-      float* o = reinterpret_cast<float*>(out);
-      for (uint64_t j = 0; j < d.m; ++j) o[j] = static_cast<float>(row[j]);
-    } else {
-      convert_elements(DType::kFloat64, row.data(), dtype, out, d.m);
-    }
+    // convert_elements rounds to nearest even whatever the FPU's modes (a bare cast follows them),
+    // on the hardware where they are the defaults.
+    convert_elements(DType::kFloat64, row.data(), dtype, static_cast<std::byte*>(dst) + i * row_bytes, d.m);
   }
 }
 
