@@ -125,6 +125,11 @@ void accumulate(Lanes& a, uint64_t start, const T* x, const T* y, uint64_t n, Co
 
 }  // namespace
 
+bool float64_squares_held(double max_ref, double max_other, double max_err) {
+  auto held = [](double most) { return most == 0 || std::isinf(most) || (most >= 0x1p-480 && most <= 0x1p480); };
+  return held(max_ref) && held(max_other) && (held(max_err) || (max_err < 0x1p-480 && max_err <= max_ref * 0x1p-64));
+}
+
 void MetricsAccumulator::close_block() {
   blocks_.push_back(open_);
   open_ = Lanes{};
@@ -216,19 +221,14 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   m.cosine = (nx > 0 && ny > 0) ? sum_xy / (nx * ny) : (nx == 0 && ny == 0 ? 1.0 : 0.0);
   m.norm_ratio = nx > 0 ? ny / nx : (ny > 0 ? kInf : 1.0);
   m.snr_db = ne > 0 ? (nx > 0 ? 10.0 * std::log10(sum_xx / sum_ee) : -kInf) : kInf;
-  // A sum of float64 squares holds while the largest magnitude is 0, within 2^±480 (its square is then
-  // a normal number, and 2^48 such squares stay finite) or Inf (an x̂ or error beyond float64: the
-  // ratios are then Inf or NaN as they should be). Only float64 tensors go beyond in between
-  // (1e±144); their ratios are then not measured (NaN, null in JSON), never a wrong "lossless". A NaN
-  // x̂ makes the sums NaN: the ratios are NaN too, not the zero-vector conventions above.
-  auto held = [](double most) { return most == 0 || std::isinf(most) || (most >= 0x1p-480 && most <= 0x1p480); };
+  // Only float64 tensors can leave what float64 squares hold (1e±144); their ratios are then not
+  // measured (NaN, null in JSON), never a wrong "lossless". A NaN x̂ makes the sums NaN: the ratios
+  // are NaN too, not the zero-vector conventions above.
   if (max_abs == 0 && !std::isnan(sum_ee)) {  // x̂ = x where x is finite, whatever the sums say
     m.rel_l2 = 0;
     m.cosine = m.norm_ratio = 1;
     m.snr_db = kInf;
-  } else if (!held(max_x) || !held(max_y) || std::isnan(sum_yy) || std::isnan(sum_ee) ||
-             // errors below 2^-480 may underflow harmlessly where they are below 2^-64 of x's largest
-             !(held(max_abs) || (max_abs < 0x1p-480 && max_abs <= max_x * 0x1p-64))) {
+  } else if (!float64_squares_held(max_x, max_y, max_abs) || std::isnan(sum_yy) || std::isnan(sum_ee)) {
     m.rel_l2 = m.cosine = m.norm_ratio = m.snr_db = std::nan("");
   }
   m.max_abs_error = max_abs;

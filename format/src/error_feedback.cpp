@@ -49,8 +49,7 @@ void finite_difference(const std::byte* a, const std::byte* b, std::byte* out, u
 
 double CumulativeError::rel_l2() const {
   if (max_err == 0 && !std::isnan(err_sq)) return 0.0;
-  auto held = [](double most) { return most == 0 || std::isinf(most) || (most >= 0x1p-480 && most <= 0x1p480); };
-  if (!held(max_ref) || !(held(max_err) || (max_err < 0x1p-480 && max_err <= max_ref * 0x1p-64))) return NAN;
+  if (!float64_squares_held(max_ref, 0, max_err)) return NAN;
   return ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0);
 }
 

@@ -32,6 +32,13 @@ struct Metrics {
   uint64_t decoded_nonfinite = 0;  // elements where x is finite and x̂ is NaN/Inf (an overflow of the dtype)
 };
 
+// Whether float64 sums of squares hold what they sum, given the largest |x| (`max_ref`), the largest
+// of another summed value (|x̂|; 0 where none) and the largest error: each is 0, Inf or within
+// 2^±480 (its square a normal number, and 2^48 such squares finite), an error below 2^-480 also
+// where it is below 2^-64 of max_ref (its square's underflow is then immaterial). Where not, a
+// ratio of the sums is not measured (docs/CLI.md, "The report").
+bool float64_squares_held(double max_ref, double max_other, double max_err);
+
 // Below this norm ratio the report warns of over-compression.
 inline constexpr double kNormRatioWarning = 0.9;
 

@@ -13,6 +13,7 @@
 
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
+#include "gcz/detail/utf8.h"
 
 namespace gcz::detail {
 
@@ -25,10 +26,7 @@ inline constexpr std::size_t kMaxCodecStreams = 1024;
 // `text` for a message: whole up to 80 bytes, else its first 64 (whole UTF-8 characters) and "...", so
 // that messages quoting each level of a deep spec stay short.
 inline std::string spec_excerpt(std::string_view text) {
-  if (text.size() <= 80) return std::string(text);
-  std::size_t n = 64;
-  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;  // text[n] starts a character
-  return std::string(text.substr(0, n)) + "...";
+  return text.size() <= 80 ? std::string(text) : std::string(utf8_prefix(text, 64)) + "...";
 }
 
 // For a spec whose later stage begins with a digit, the likely cause: a '+' in a number's exponent
