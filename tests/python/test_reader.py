@@ -1370,17 +1370,24 @@ def test_nested_spec_parentheses_are_matched_once():
         assert ei.value.rule == "unknown-codec"
 
 
+def _both_refuse_param(path: Path, victim: bytes, key: str, spec: str, reader_says: str, gcz_says: str) -> str:
+    """Writes `victim` with its first tensor's codec parameter `key` set to `spec`: both readers
+    refuse it as unknown-codec, saying so. Returns what gcz printed."""
+    path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0]["params"].update({key: spec}))(victim))
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert ei.value.rule == "unknown-codec" and reader_says in str(ei.value)
+    r = gcz("verify", str(path), check=False)
+    assert r.returncode == 5 and "unknown-codec" in r.stderr and gcz_says in r.stderr, r.stderr
+    return r.stderr
+
+
 def test_value_codec_nesting_is_limited(tmp_path, param_victims):
     """Value codecs nest at most MAX_SPEC_DEPTH deep; deeper is an invalid codec parameter
     (unknown-codec), not a RecursionError."""
-    path = tmp_path / "deep.gcz"
-    path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0]["params"].update(
-        values=_nested(300)))(param_victims["topk"]))
-    with pytest.raises(GczFormatError) as ei:
-        GczFile(path)
-    assert ei.value.rule == "unknown-codec" and "nest more than 64 deep" in str(ei.value)
-    r = gcz("verify", str(path), check=False)  # CODECS.md's limit: gcz refuses it too, quickly
-    assert r.returncode == 5 and "unknown-codec" in r.stderr and "more than 64" in r.stderr, r.stderr
+    # CODECS.md's limit: gcz refuses it too, quickly
+    _both_refuse_param(tmp_path / "deep.gcz", param_victims["topk"], "values", _nested(300),
+                       "nest more than 64 deep", "more than 64")
     limit = gczread.MAX_SPEC_DEPTH
     ps, ms = gczread.parse_spec, gczread.make_spec
     spec = ms(*ps(_nested(limit)), True)
@@ -1410,15 +1417,9 @@ def test_value_codecs_write_at_most_1024_streams(tmp_path, param_victims):
     with pytest.raises(GczFormatError) as ei:  # Top-K's indices are one more
         ms(*ps(f"topk:values=({factors(10)})"), True)
     assert ei.value.rule == "unknown-codec" and "writes 1025 streams" in str(ei.value)
-    path = tmp_path / "many.gcz"
-    path.write_bytes(_edit_index(lambda j: T0(j)["codec"][0]["params"].update(
-        factors=factors(62)))(param_victims["powersgd"]))
-    with pytest.raises(GczFormatError) as ei:
-        GczFile(path)
-    assert ei.value.rule == "unknown-codec" and "2048 streams" in str(ei.value)
-    r = gcz("verify", str(path), check=False)
-    assert r.returncode == 5 and "unknown-codec" in r.stderr and "more than 1024" in r.stderr, r.stderr
-    assert len(r.stderr) < 10_000, len(r.stderr)  # each of 63 levels quotes its spec in part
+    stderr = _both_refuse_param(tmp_path / "many.gcz", param_victims["powersgd"], "factors", factors(62),
+                                "2048 streams", "more than 1024")
+    assert len(stderr) < 10_000, len(stderr)  # each of 63 levels quotes its spec in part
 
 
 def test_a_bad_streams_message_lists_at_most_16_names(tmp_path, param_victims):
