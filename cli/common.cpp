@@ -226,7 +226,7 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
   for (const auto& n : codec_names()) codecs += (codecs.empty() ? "" : ", ") + n;
   app.add_option("inputs", a.inputs,
                  "Gradient dumps: .npy .npz .safetensors .h5/.hdf5, raw .bin/.raw (with --dtype and --shape), "
-                 "or directories of them")
+                 "directories of them, or a sharded checkpoint's NAME.safetensors.index.json")
       ->required();
   app.add_option("-c,--codec", a.spec,
                  "Codec spec for every tensor: CODEC[:k=v,...][+zstd[:level=N]]. Codecs: " + codecs +

@@ -1,12 +1,20 @@
 // Directories of tensor files. Reading lists every file with a known extension, recursively, sorted by
 // path; a tensor is named by the file's relative path without extension, joined with '/' to the name
-// inside a container. Writing puts one .npy per tensor into a temporary sibling directory that is
-// renamed into place by finish().
+// inside a container. The shards of a sharded safetensors checkpoint, which a NAME.safetensors.index.json
+// lists in its "weight_map" (tensor name -> shard file), are one model: their tensors are named by the
+// index's directory and their own names. An index given as the input reads its shards alone, the same
+// way. Writing puts one .npy per tensor into a temporary sibling directory that is renamed into place by
+// finish().
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
+#include "file_util.h"
 #include "gcz/detail/utf8.h"
+#include "json_shape.h"
 #include "tensor_io_common.h"
 
 namespace gcz::detail {
@@ -15,13 +23,73 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kKnownFileTypes = ".npy .npz .safetensors .h5 .hdf5 (.bin .raw with a dtype and shape)";
+constexpr std::string_view kShardIndexSuffix = ".safetensors.index.json";
+constexpr uint64_t kMaxShardIndexBytes = uint64_t{100} << 20;
 
 struct DirEntryFile {
   std::string path;      // as opened
   std::string relative;  // '/'-separated, relative to the directory
   std::string stem;      // relative path without extension
   TensorFileFormat format = TensorFileFormat::kNpy;
-  std::string skip_reason;  // set for files that are not read
+  std::string skip_reason;           // set for files that are not read
+  bool shard_index = false;          // a NAME.safetensors.index.json, read for its weight_map
+  std::optional<std::size_t> shard;  // the index (in indexes_) that lists this file as a shard
+};
+
+}  // namespace
+
+bool is_shard_index_path(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  return name.size() > kShardIndexSuffix.size() && name.ends_with(kShardIndexSuffix);
+}
+
+namespace {
+
+// A shard index's "weight_map": (tensor name, shard file name relative to the index) in the index's order.
+using WeightMap = std::vector<std::pair<std::string, std::string>>;
+
+Result<WeightMap> read_weight_map(const std::string& path) {
+  using json = nlohmann::json;
+  GCZ_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
+  if (file->size() > kMaxShardIndexBytes) {
+    return format_error(path + ": a shard index of " + std::to_string(file->size()) +
+                        " bytes exceeds the 100 MiB limit");
+  }
+  const char* text = reinterpret_cast<const char*>(file->data());
+  JsonShape shape("the shard index", 64);
+  if (!json::sax_parse(text, text + file->size(), &shape) || !shape.problem().empty()) {
+    return format_error(path + ": " +
+                        (shape.syntax_error().empty() ? shape.problem() : "not valid JSON: " + shape.syntax_error()));
+  }
+  const json doc = json::parse(text, text + file->size(), nullptr, /*allow_exceptions=*/false);
+  const auto map = doc.is_object() ? doc.find("weight_map") : doc.end();
+  if (map == doc.end() || !map->is_object()) {
+    return format_error(path + ": a shard index needs a \"weight_map\" object (tensor name: shard file name)");
+  }
+  WeightMap out;
+  for (auto it = map->begin(); it != map->end(); ++it) {
+    if (!it->is_string()) {
+      return format_error(tensor_context(path, it.key()) + ": the weight_map value is not a file name (a string)");
+    }
+    out.emplace_back(it.key(), it->get<std::string>());
+  }
+  return out;
+}
+
+// A shard's path relative to the directory read, from its name in the index at `index_relative`;
+// empty for a name that leaves that directory.
+std::string shard_relative(const std::string& index_relative, const std::string& shard) {
+  if (shard.empty() || fs::path(shard).has_root_path()) return {};
+  const std::string r = (fs::path(index_relative).parent_path() / shard).lexically_normal().generic_string();
+  return r == ".." || r.starts_with("../") ? std::string() : r;
+}
+
+// A NAME.safetensors.index.json: which shard file holds each tensor of the model.
+struct ShardIndex {
+  std::string path;    // as opened
+  std::string prefix;  // its directory relative to the directory read, '/'-terminated, or empty
+  std::map<std::string, std::string> weight_map;  // tensor name -> shard, relative to the directory read
+  std::set<std::string> found;                    // the names its shards hold
 };
 
 // Where a directory tensor comes from: file `file`, tensor `index` of that file's reader.
@@ -64,7 +132,8 @@ class DirectoryReader final : public ReaderBase {
   DirectoryReader(const std::string& path, const ReadOptions& options)
       : ReaderBase(path, TensorFileFormat::kDirectory), options_(options) {}
 
-  Status list();
+  // Lists the directory `path_`, or with `index_only`, the shards of the shard index `path_`.
+  Status list(bool index_only);
 
   Result<std::unique_ptr<TensorSource>> open(std::size_t i) override {
     GCZ_RETURN_IF_ERROR(check_index(i));
@@ -86,10 +155,16 @@ class DirectoryReader final : public ReaderBase {
 
  private:
   Status collect_files();
+  Status collect_index_files();
+  DirEntryFile entry(const fs::path& root, const fs::path& file) const;
+  Status add_shard_index(std::size_t file_index, const WeightMap& weight_map);
+  Status check_shard_name(const DirEntryFile& f, const std::string& inner);
+  Status check_shards_complete() const;
   Status add_file(std::size_t file_index);
 
   ReadOptions options_;
   std::vector<DirEntryFile> files_;  // every regular file, sorted by path
+  std::vector<ShardIndex> indexes_;
   std::vector<DirTensor> origins_;   // parallel to tensors_
   std::unique_ptr<TensorFileReader> current_;
   std::size_t current_file_ = 0;
@@ -104,22 +179,110 @@ Status DirectoryReader::collect_files() {
   }
   if (ec) return io_error(path_ + ": cannot list the directory: " + ec.message());
   std::sort(found.begin(), found.end());
-  const bool have_raw_layout = options_.raw_dtype && options_.raw_shape;
-  for (const fs::path& p : found) {
-    const fs::path rel = p.lexically_relative(root);
-    DirEntryFile f;
-    f.path = p.string();
-    f.relative = rel.generic_string();
-    f.stem = fs::path(rel).replace_extension().generic_string();
-    const auto format = tensor_format_from_path(p.string());
-    if (!format || *format == TensorFileFormat::kDirectory) {
-      f.skip_reason = std::string("not a tensor file; known: ") + kKnownFileTypes;
-    } else if (*format == TensorFileFormat::kRaw && !have_raw_layout) {
-      f.skip_reason = "raw binary needs an element dtype and a shape";
-    } else {
-      f.format = *format;
+  for (const fs::path& p : found) files_.push_back(entry(root, p));
+  std::map<std::size_t, WeightMap> weight_maps;  // read before any is applied: an index may mark a later file
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    if (files_[i].shard_index) {
+      GCZ_ASSIGN_OR_RETURN(weight_maps[i], read_weight_map(files_[i].path));
     }
-    files_.push_back(std::move(f));
+  }
+  for (const auto& [i, weight_map] : weight_maps) GCZ_RETURN_IF_ERROR(add_shard_index(i, weight_map));
+  return Status::ok();
+}
+
+// The index `path_` and the files its weight_map names that exist, as a directory's listing rooted at
+// the index's directory.
+Status DirectoryReader::collect_index_files() {
+  const fs::path root = directory_of(path_);
+  GCZ_ASSIGN_OR_RETURN(WeightMap weight_map, read_weight_map(path_));
+  std::set<std::string> shards;
+  for (const auto& [name, shard] : weight_map) {
+    const std::string relative = shard_relative(fs::path(path_).filename().string(), shard);
+    std::error_code ec;
+    if (!relative.empty() && fs::is_regular_file(root / relative, ec)) shards.insert(relative);
+  }
+  for (const std::string& relative : shards) files_.push_back(entry(root, root / relative));
+  files_.push_back(entry(root, path_));
+  std::sort(files_.begin(), files_.end(),
+            [](const DirEntryFile& a, const DirEntryFile& b) { return fs::path(a.path) < fs::path(b.path); });
+  const auto index = std::find_if(files_.begin(), files_.end(), [](const DirEntryFile& f) { return f.shard_index; });
+  return add_shard_index(static_cast<std::size_t>(index - files_.begin()), weight_map);
+}
+
+DirEntryFile DirectoryReader::entry(const fs::path& root, const fs::path& file) const {
+  const fs::path rel = file.lexically_relative(root);
+  DirEntryFile f;
+  f.path = file.string();
+  f.relative = rel.generic_string();
+  f.stem = fs::path(rel).replace_extension().generic_string();
+  const auto format = tensor_format_from_path(f.path);
+  if (is_shard_index_path(f.path)) {
+    f.shard_index = true;
+  } else if (!format || *format == TensorFileFormat::kDirectory) {
+    f.skip_reason = std::string("not a tensor file; known: ") + kKnownFileTypes;
+  } else if (*format == TensorFileFormat::kRaw && !(options_.raw_dtype && options_.raw_shape)) {
+    f.skip_reason = "raw binary needs an element dtype and a shape";
+  } else {
+    f.format = *format;
+  }
+  return f;
+}
+
+// Marks the shards a shard index names; each must be a .safetensors file of the listing, named by at
+// most one index.
+Status DirectoryReader::add_shard_index(std::size_t file_index, const WeightMap& weight_map) {
+  const DirEntryFile& f = files_[file_index];
+  ShardIndex index;
+  index.path = f.path;
+  const fs::path dir = fs::path(f.relative).parent_path();
+  index.prefix = dir.empty() ? std::string() : dir.generic_string() + "/";
+  std::map<std::string, std::size_t> by_relative;
+  for (std::size_t i = 0; i < files_.size(); ++i) by_relative.emplace(files_[i].relative, i);
+  for (const auto& [name, shard] : weight_map) {
+    const std::string ctx = tensor_context(f.path, name);
+    const auto found = by_relative.find(shard_relative(f.relative, shard));
+    if (found == by_relative.end()) {
+      return format_error(ctx + ": the weight_map names shard '" + shard + "', not a file in the directory");
+    }
+    DirEntryFile& target = files_[found->second];
+    if (target.format != TensorFileFormat::kSafetensors || !target.skip_reason.empty() || target.shard_index) {
+      return format_error(ctx + ": the weight_map names shard '" + shard + "', not a .safetensors file");
+    }
+    if (target.shard && *target.shard != indexes_.size()) {
+      return format_error(target.path + ": two shard indexes name this shard: " + indexes_[*target.shard].path +
+                          " and " + f.path);
+    }
+    target.shard = indexes_.size();
+    index.weight_map.emplace(name, target.relative);
+  }
+  indexes_.push_back(std::move(index));
+  return Status::ok();
+}
+
+// A tensor (or skipped tensor) of a shard must be one its index maps to that shard.
+Status DirectoryReader::check_shard_name(const DirEntryFile& f, const std::string& inner) {
+  ShardIndex& index = indexes_[*f.shard];
+  const auto it = index.weight_map.find(inner);
+  if (it == index.weight_map.end()) {
+    return format_error(tensor_context(f.path, inner) + ": not in the weight_map of " + index.path);
+  }
+  if (it->second != f.relative) {
+    return format_error(tensor_context(f.path, inner) + ": the weight_map of " + index.path + " puts it in '" +
+                        it->second + "'");
+  }
+  index.found.insert(inner);
+  return Status::ok();
+}
+
+// Every tensor an index maps must be in its shard.
+Status DirectoryReader::check_shards_complete() const {
+  for (const ShardIndex& index : indexes_) {
+    if (index.found.size() == index.weight_map.size()) continue;
+    for (const auto& [name, shard] : index.weight_map) {
+      if (index.found.count(name) == 0) {
+        return format_error(tensor_context(index.path, name) + ": its shard '" + shard + "' does not hold it");
+      }
+    }
   }
   return Status::ok();
 }
@@ -127,26 +290,34 @@ Status DirectoryReader::collect_files() {
 Status DirectoryReader::add_file(std::size_t file_index) {
   const DirEntryFile& f = files_[file_index];
   GCZ_ASSIGN_OR_RETURN(std::unique_ptr<TensorFileReader> reader, open_member_file(f, options_));
-  auto full_name = [&](const std::string& inner) { return holds_one_tensor(f.format) ? f.stem : f.stem + "/" + inner; };
+  auto full_name = [&](const std::string& inner) {
+    return f.shard ? indexes_[*f.shard].prefix + inner : holds_one_tensor(f.format) ? f.stem : f.stem + "/" + inner;
+  };
   for (std::size_t j = 0; j < reader->tensors().size(); ++j) {
     TensorInfo t = reader->tensors()[j];
+    if (f.shard) GCZ_RETURN_IF_ERROR(check_shard_name(f, t.name));
     origins_.push_back({file_index, j, t.name});
     t.name = full_name(t.name);
     tensors_.push_back(std::move(t));
   }
-  for (const SkippedTensor& s : reader->skipped()) skipped_.push_back({full_name(s.name), s.reason});
+  for (const SkippedTensor& s : reader->skipped()) {
+    if (f.shard) GCZ_RETURN_IF_ERROR(check_shard_name(f, s.name));
+    skipped_.push_back({full_name(s.name), s.reason});
+  }
   return Status::ok();
 }
 
-Status DirectoryReader::list() {
-  GCZ_RETURN_IF_ERROR(collect_files());
+Status DirectoryReader::list(bool index_only) {
+  GCZ_RETURN_IF_ERROR(index_only ? collect_index_files() : collect_files());
   for (std::size_t i = 0; i < files_.size(); ++i) {
+    if (files_[i].shard_index) continue;
     if (files_[i].skip_reason.empty()) {
       GCZ_RETURN_IF_ERROR(add_file(i));
     } else {
       skipped_.push_back({files_[i].relative, files_[i].skip_reason});
     }
   }
+  GCZ_RETURN_IF_ERROR(check_shards_complete());
   std::set<std::string> names;
   for (const TensorInfo& t : tensors_) {
     if (!names.insert(t.name).second) {
@@ -204,7 +375,13 @@ Status check_output_directory(const std::string& path) {
 
 Result<std::unique_ptr<TensorFileReader>> open_directory_reader(const std::string& path, const ReadOptions& options) {
   auto reader = std::make_unique<DirectoryReader>(path, options);
-  GCZ_RETURN_IF_ERROR(reader->list());
+  GCZ_RETURN_IF_ERROR(reader->list(/*index_only=*/false));
+  return std::unique_ptr<TensorFileReader>(std::move(reader));
+}
+
+Result<std::unique_ptr<TensorFileReader>> open_shard_index_reader(const std::string& path, const ReadOptions& options) {
+  auto reader = std::make_unique<DirectoryReader>(path, options);
+  GCZ_RETURN_IF_ERROR(reader->list(/*index_only=*/true));
   return std::unique_ptr<TensorFileReader>(std::move(reader));
 }
 

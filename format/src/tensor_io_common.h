@@ -28,6 +28,10 @@ Result<std::unique_ptr<TensorFileReader>> open_safetensors_reader(const std::str
 Result<std::unique_ptr<TensorFileReader>> open_hdf5_reader(const std::string& path);
 Result<std::unique_ptr<TensorFileReader>> open_raw_reader(const std::string& path, const ReadOptions& options);
 Result<std::unique_ptr<TensorFileReader>> open_directory_reader(const std::string& path, const ReadOptions& options);
+// The shards a NAME.safetensors.index.json names, read as one model (tensors named as in the shards).
+Result<std::unique_ptr<TensorFileReader>> open_shard_index_reader(const std::string& path, const ReadOptions& options);
+// Whether the file name ends in ".safetensors.index.json" (and has more before it).
+bool is_shard_index_path(const std::string& path);
 
 using WriterResult = Result<std::unique_ptr<TensorFileWriter>>;
 // `durable`: flushed to disk before it is put in place (not for a file inside a directory output).

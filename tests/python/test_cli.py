@@ -944,6 +944,90 @@ def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
         (str(tmp_path / "m.npz"), "ids"), (str(tmp_path), "notes.txt")}, rep["skipped"]
 
 
+def sharded_model(where: Path) -> Dict[str, np.ndarray]:
+    """A safetensors checkpoint in two shards with its model.safetensors.index.json; returns the tensors."""
+    rng = np.random.default_rng(7)
+    tensors = {f"layers.{i}.weight": rng.standard_normal((8, 16)).astype(np.float32) for i in range(3)}
+    shards = {"model-00001-of-00002.safetensors": ["layers.0.weight", "layers.1.weight"],
+              "model-00002-of-00002.safetensors": ["layers.2.weight"]}
+    where.mkdir(parents=True, exist_ok=True)
+    for shard, names in shards.items():
+        write_safetensors(where / shard, {n: tensors[n] for n in names})
+    (where / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 384}, "weight_map": {n: s for s, names in shards.items() for n in names}}))
+    return tensors
+
+
+def test_the_shards_of_a_sharded_safetensors_checkpoint_are_one_model(tmp_path):
+    """Tensors of shards that a NAME.safetensors.index.json names keep their own names (with the
+    index's directory within the input directory), from the directory or from the index itself."""
+    tensors = sharded_model(tmp_path / "ckpt" / "model")
+    np.save(tmp_path / "ckpt" / "extra.npy", np.ones(4, np.float32))
+    for given, want in [(tmp_path / "ckpt" / "model", list(tensors)),
+                        (tmp_path / "ckpt" / "model" / "model.safetensors.index.json", list(tensors)),
+                        (tmp_path / "ckpt", ["extra"] + [f"model/{n}" for n in tensors])]:
+        r = gcz("encode", given, "-o", tmp_path / "m.gcz", "-c", "none", "--json")
+        assert r.returncode == 0, r.stderr
+        assert "index.json" not in r.stderr, r.stderr  # the index is read, not skipped
+        assert sorted(t["name"] for t in json.loads(r.stdout)["tensors"]) == sorted(want), (given, r.stdout)
+    gcz("decode", tmp_path / "m.gcz", "-o", tmp_path / "out.safetensors", check=True)
+    got = read_safetensors(tmp_path / "out.safetensors")
+    for name, a in tensors.items():
+        assert np.array_equal(np.frombuffer(got["model/" + name][2], "<f4").reshape(a.shape), a), name
+
+
+@pytest.mark.parametrize("change, rule", [
+    ("missing shard", "names shard 'model-00002-of-00002.safetensors', not a file in the directory"),
+    ("unlisted tensor", "'layers.1.weight': not in the weight_map of"),
+    ("wrong shard", "'layers.1.weight': the weight_map of"),
+    ("absent tensor", "'layers.9.weight': its shard 'model-00001-of-00002.safetensors' does not hold it"),
+    ("outside", "names shard '../x.safetensors', not a file in the directory"),
+    ("not safetensors", "names shard 'notes.txt', not a .safetensors file"),
+    ("duplicate key", "has the key 'layers.0.weight' twice"),
+    ("no weight_map", "needs a \"weight_map\" object"),
+    ("not a string", "the weight_map value is not a file name"),
+])
+def test_a_shard_index_that_disagrees_with_its_shards_is_refused(change, rule, tmp_path):
+    d = tmp_path / "model"
+    sharded_model(d)
+    index = d / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    wm = doc["weight_map"]
+    if change == "missing shard":
+        (d / "model-00002-of-00002.safetensors").unlink()
+    elif change == "unlisted tensor":
+        del wm["layers.1.weight"]
+    elif change == "wrong shard":
+        wm["layers.1.weight"] = "model-00002-of-00002.safetensors"
+    elif change == "absent tensor":
+        wm["layers.9.weight"] = "model-00001-of-00002.safetensors"
+    elif change == "outside":
+        wm["layers.2.weight"] = "../x.safetensors"
+        write_safetensors(tmp_path / "x.safetensors", {"layers.2.weight": np.ones(2, np.float32)})
+    elif change == "not safetensors":
+        wm["layers.2.weight"] = "notes.txt"
+        (d / "notes.txt").write_text("x")
+    elif change == "no weight_map":
+        del doc["weight_map"]
+    elif change == "not a string":
+        wm["layers.2.weight"] = 2
+    text = json.dumps(doc)
+    if change == "duplicate key":
+        text = text.replace('"weight_map": {', '"weight_map": {"layers.0.weight": "model-00001-of-00002.safetensors", ')
+    index.write_text(text)
+    for given in (d, index):
+        r = gcz("eval", given, "-c", "none")
+        assert r.returncode == 4, (given, r.stderr)
+        assert rule in error_line(r), (given, r.stderr)
+
+
+def test_two_shard_indexes_may_not_name_one_shard(tmp_path):
+    sharded_model(tmp_path)
+    shutil.copy(tmp_path / "model.safetensors.index.json", tmp_path / "copy.safetensors.index.json")
+    r = gcz("eval", tmp_path, "-c", "none")
+    assert r.returncode == 4 and "two shard indexes name this shard" in error_line(r), r.stderr
+
+
 def on_a_terminal(cmd) -> bytes:
     """What `cmd` draws on stderr when stderr is a terminal (a pseudo-terminal); it must succeed."""
     import pty
