@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu_features.h"
 #include "gcz/codec_spec.h"
 #include "gcz/convert.h"
 #include "gcz/detail/powersgd_math.h"
@@ -243,6 +244,46 @@ TEST(PowerSgd, DecodeIsTheStatedFloat64Sum) {
     const double err = rel_err(xf, yf);
     if (d == DType::kFloat32) err32 = err;
     EXPECT_NEAR(err, err32, 0.01) << dtype_name(d);
+  }
+}
+
+TEST(PowerSgd, DecodeIsTheStatedSumWhateverTheTilesThreadsAndVectorPath) {
+  // Factors of wide-ranging magnitudes and signs, so that each sum depends on its order, on a matrix
+  // of several pieces of rows (with a last short tile) and several column blocks (with a last short
+  // panel) at rank 72: every element must be powersgd_element rounded once, bit for bit, on 1 and 3
+  // threads, with the vector path and without.
+  const uint64_t n = 131, m = 1100, r = 72;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> exponent(-30, 30);
+  std::uniform_real_distribution<float> fraction(-2.0f, 2.0f);
+  auto factor = [&](uint64_t count) {
+    ByteBuffer b(count * 4);
+    for (uint64_t i = 0; i < count; ++i) {
+      const float v = std::ldexp(fraction(rng), exponent(rng));
+      std::memcpy(b.data() + i * 4, &v, 4);
+    }
+    return b;
+  };
+  const std::vector<ByteBuffer> streams = {factor(n * r), factor(m * r)};
+  const float* p = reinterpret_cast<const float*>(streams[0].data());
+  const float* q = reinterpret_cast<const float*>(streams[1].data());
+  std::vector<double> want(n * m);
+  for (uint64_t i = 0; i < n; ++i) {
+    for (uint64_t j = 0; j < m; ++j) want[i * m + j] = detail::powersgd_element(p + i * r, q + j * r, r);
+  }
+  for (DType d : {DType::kFloat32, DType::kFloat64}) {
+    const TensorInfo t{"w", d, {n, m}};
+    ByteBuffer want_bytes(n * m * dtype_size(d));
+    convert_elements(DType::kFloat64, want.data(), d, want_bytes.data(), n * m);
+    for (bool vec : {true, false}) {
+      detail::allow_avx2_for_testing(vec);
+      for (unsigned threads : {1u, 3u}) {
+        auto c = make("powersgd:rank=72,min_rate=1");
+        c->set_threads(threads);
+        EXPECT_EQ(decode(*c, t, streams), want_bytes) << dtype_name(d) << " vector " << vec << " threads " << threads;
+      }
+    }
+    detail::allow_avx2_for_testing(true);
   }
 }
 
