@@ -62,40 +62,53 @@ bool prints_as_itself(char32_t c) {
   return loc == locale_t{} || iswprint_l(static_cast<wint_t>(c), loc) != 0;
 }
 
-// Terminal columns of printable UTF-8 text: two for a wide (East Asian) character, none for a
-// combining one.
-std::size_t display_width(const std::string& s) {
+// The terminal columns of each character of printable UTF-8 text, with the byte where it starts: two
+// for a wide (East Asian) character, none for a combining one.
+std::vector<std::pair<std::size_t, std::size_t>> char_widths(const std::string& s) {
   const locale_t loc = utf8_locale();
   const locale_t before = loc == locale_t{} ? locale_t{} : uselocale(loc);
-  std::size_t width = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> out;
   for (std::size_t i = 0; i < s.size();) {
     const auto [c, n] = detail::utf8_char(s, i);
-    i += n;
     const int w = loc == locale_t{} ? 1 : wcwidth(static_cast<wchar_t>(c));
-    width += w < 0 ? 1 : static_cast<std::size_t>(w);
+    out.emplace_back(i, w < 0 ? 1 : static_cast<std::size_t>(w));
+    i += n;
   }
   if (loc != locale_t{}) uselocale(before);
+  return out;
+}
+
+std::size_t display_width(const std::string& s) {
+  std::size_t width = 0;
+  for (const auto& [at, w] : char_widths(s)) width += w;
   return width;
 }
 
 }  // namespace
 
 std::string table_cell(const std::string& text, std::size_t most) {
-  if (text.size() <= most) return text;
-  // A cut falls between whole UTF-8 characters and outside printable()'s \xNN escapes.
-  auto escape_at = [&](std::size_t i) {  // the start of an escape that i falls inside, or npos
+  const auto chars = char_widths(text);
+  std::size_t width = 0;
+  for (const auto& [at, w] : chars) width += w;
+  if (width <= most) return text;
+  // The first third of the columns and the rest, cut between whole characters and outside
+  // printable()'s \xNN escapes (ASCII, one column a byte).
+  auto escape_at = [&](std::size_t i) {  // the start of an escape that byte i falls inside, or npos
     for (std::size_t j = i >= 3 ? i - 3 : 0; j < i; ++j) {
       if (text[j] == '\\' && j + 1 < text.size() && text[j + 1] == 'x') return j;
     }
     return std::string::npos;
   };
-  auto starts_char = [&](std::size_t i) {
-    return i >= text.size() || (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
-  };
-  std::size_t head = (most - 3) / 3, tail = text.size() - (most - 3 - head);
-  while (head > 0 && !starts_char(head)) --head;
+  const std::size_t head_most = (most - 3) / 3, tail_most = most - 3 - head_most;
+  std::size_t head = 0, k = 0;
+  for (std::size_t used = 0; k < chars.size() && used + chars[k].second <= head_most; ++k) used += chars[k].second;
+  head = k < chars.size() ? chars[k].first : text.size();
+  std::size_t tail = text.size();
+  for (std::size_t used = 0, j = chars.size(); j > 0 && used + chars[j - 1].second <= tail_most; --j) {
+    used += chars[j - 1].second;
+    tail = chars[j - 1].first;
+  }
   if (const std::size_t e = escape_at(head); e != std::string::npos) head = e;
-  while (tail < text.size() && !starts_char(tail)) ++tail;
   if (const std::size_t e = escape_at(tail); e != std::string::npos) tail = std::min(text.size(), e + 4);
   return text.substr(0, head) + "..." + text.substr(tail);
 }

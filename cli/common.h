@@ -31,8 +31,9 @@ int exit_code_for(StatusCode code);
 // UTF-8, and characters the C library does not call printable. Names from a file cannot break a
 // line of output, drive the terminal or reorder what it shows.
 std::string printable(const std::string& text);
-// printable() text for a table cell: whole up to `most` bytes, else its first and last parts (whole
-// UTF-8 characters and escapes) around "...", the end kept longer (a name's end says most).
+// printable() text for a table cell: whole up to `most` terminal columns (a wide character takes
+// two), else its first and last parts (whole UTF-8 characters and escapes) around "...", the end kept
+// longer (a name's end says most).
 std::string table_cell(const std::string& text, std::size_t most = 72);
 // Prints "gcz: error: MESSAGE" on stderr and returns the exit code for the status. A usage error
 // (kInvalidArgument, exit 2) ends with the --help to read: "(see 'gcz encode --help')", naming the

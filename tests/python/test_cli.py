@@ -887,6 +887,22 @@ def test_a_name_too_long_for_a_file_name_is_refused_up_front(tmp_path):
     assert "a" * 4000 in {t["name"] for t in rep["tensors"]}
 
 
+def test_a_table_shortens_names_by_terminal_columns(tmp_path):
+    """A name of 30 wide characters (60 columns, 90 bytes) is shown whole; one of 50 (100 columns)
+    by its ends, in at most 72 columns, its columns aligned with the other rows'."""
+    import unicodedata
+    wide = lambda text: sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    np.savez(tmp_path / "w.npz", **{"层" * 30: np.ones(2, np.float32), "权" * 50: np.ones(2, np.float32),
+                                    "x": np.ones(2, np.float32)})
+    lines = gcz("eval", tmp_path / "w.npz", "-c", "fp16", check=True).stdout.splitlines()
+    assert any(line.startswith("层" * 30 + " ") for line in lines), lines
+    cut = next(line for line in lines if line.startswith("权"))
+    name = cut.split("  ")[0]
+    assert "..." in name and wide(name) <= 72 and name.endswith("权" * 23), name
+    starts = {wide(line[:line.index("[2]")]) for line in lines if "[2]" in line}
+    assert len(starts) == 1, lines  # the shape column starts at one terminal column in every row
+
+
 def test_float64_beyond_what_squares_hold_is_not_measured_across_steps_either(tmp_path):
     """sum_rel_l2 follows the per-step rule: a float64 tensor of 1e-200 wiped out by fp32 is not
     measured (it had read 0.0, lossless), and one kept exactly is 0 at any magnitude."""
