@@ -22,6 +22,14 @@ struct BF16 { uint16_t bits; };
 inline double widen(F16 v) { return detail::f16_to_f32(v.bits); }
 inline double widen(BF16 v) { return detail::bf16_to_f32(v.bits); }
 
+// s + v into s, what that addition rounded off into c (Knuth's TwoSum: exact where s + v is finite),
+// so that s + c keeps errors that cancel (1e38, 1, -1e38 sum to 1 in any order).
+inline void add_compensated(double& s, double& c, double v) {
+  const double t = s + v, vt = t - s;
+  c += (s - (t - vt)) + (v - vt);
+  s = t;
+}
+
 // Adds the pair (x, y) to lane l: a non-finite x contributes zeros and a count; so does a non-finite
 // y where x is finite. Branch-free.
 template <class Lanes, class Counts>
@@ -36,7 +44,7 @@ inline void add_one(Lanes& a, int l, double x_raw, double y_raw, Counts& c) {
   a.yy[l] += y * y;
   a.xy[l] += x * y;
   a.ee[l] += e * e;
-  a.e[l] += e;
+  add_compensated(a.e[l], a.ec[l], e);
   const double abs = std::fabs(e), ax = std::fabs(x), ay = std::fabs(y);
   a.max_abs[l] = abs > a.max_abs[l] ? abs : a.max_abs[l];
   a.max_x[l] = ax > a.max_x[l] ? ax : a.max_x[l];
@@ -63,7 +71,8 @@ GCZ_METRICS_AVX2 __m256d widen4(const BF16* p) {  // each bf16 in the high half 
 template <class Lanes, class Counts, class T>
 [[gnu::target("avx2,f16c")]] void accumulate_avx2(Lanes& a, const T* x, const T* y, uint64_t n, Counts& c) {
   __m256d xx = _mm256_loadu_pd(a.xx), yy = _mm256_loadu_pd(a.yy), xy = _mm256_loadu_pd(a.xy);
-  __m256d ee = _mm256_loadu_pd(a.ee), e = _mm256_loadu_pd(a.e), mx = _mm256_loadu_pd(a.max_abs);
+  __m256d ee = _mm256_loadu_pd(a.ee), e = _mm256_loadu_pd(a.e), ec = _mm256_loadu_pd(a.ec);
+  __m256d mx = _mm256_loadu_pd(a.max_abs);
   __m256d mxx = _mm256_loadu_pd(a.max_x), mxy = _mm256_loadu_pd(a.max_y);
   const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
   const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
@@ -78,7 +87,9 @@ template <class Lanes, class Counts, class T>
     yy = _mm256_add_pd(yy, _mm256_mul_pd(yv, yv));
     xy = _mm256_add_pd(xy, _mm256_mul_pd(xv, yv));
     ee = _mm256_add_pd(ee, _mm256_mul_pd(ev, ev));
-    e = _mm256_add_pd(e, ev);
+    const __m256d t = _mm256_add_pd(e, ev), vt = _mm256_sub_pd(t, e);  // add_compensated
+    ec = _mm256_add_pd(ec, _mm256_add_pd(_mm256_sub_pd(e, _mm256_sub_pd(t, vt)), _mm256_sub_pd(ev, vt)));
+    e = t;
     mx = _mm256_max_pd(_mm256_and_pd(ev, abs_mask), mx);
     if constexpr (std::is_same_v<T, double>) {  // narrower dtypes' squares always hold (finish())
       mxx = _mm256_max_pd(_mm256_and_pd(xv, abs_mask), mxx);
@@ -92,6 +103,7 @@ template <class Lanes, class Counts, class T>
   _mm256_storeu_pd(a.xy, xy);
   _mm256_storeu_pd(a.ee, ee);
   _mm256_storeu_pd(a.e, e);
+  _mm256_storeu_pd(a.ec, ec);
   _mm256_storeu_pd(a.max_abs, mx);
   _mm256_storeu_pd(a.max_x, mxx);
   _mm256_storeu_pd(a.max_y, mxy);
@@ -194,15 +206,16 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   m.ratio = bytes_out ? static_cast<double>(bytes_in) / static_cast<double>(bytes_out) : 0.0;
   m.bits_per_element = numel_ ? 8.0 * static_cast<double>(bytes_out) / static_cast<double>(numel_) : 0.0;
   // Each block's lanes in order, then the blocks in order.
-  double sum_xx = 0, sum_yy = 0, sum_xy = 0, sum_ee = 0, sum_e = 0, max_abs = 0, max_x = 0, max_y = 0;
+  double sum_xx = 0, sum_yy = 0, sum_xy = 0, sum_ee = 0, sum_e = 0, sum_ec = 0, max_abs = 0, max_x = 0, max_y = 0;
   auto fold = [&](const Lanes& a) {
-    double b[5] = {};
+    double b[6] = {};
     for (int l = 0; l < kLanes; ++l) {
       b[0] += a.xx[l];
       b[1] += a.yy[l];
       b[2] += a.xy[l];
       b[3] += a.ee[l];
-      b[4] += a.e[l];
+      add_compensated(b[4], b[5], a.e[l]);
+      b[5] += a.ec[l];
       max_abs = std::max(a.max_abs[l], max_abs);  // NaN-free: the lanes' maxima are never NaN
       max_x = std::max(a.max_x[l], max_x);
       max_y = std::max(a.max_y[l], max_y);
@@ -211,7 +224,8 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
     sum_yy += b[1];
     sum_xy += b[2];
     sum_ee += b[3];
-    sum_e += b[4];
+    add_compensated(sum_e, sum_ec, b[4]);
+    sum_ec += b[5];
   };
   for (const Lanes& a : blocks_) fold(a);
   if (open_used_) fold(open_);
@@ -233,7 +247,9 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   }
   m.max_abs_error = max_abs;
   const uint64_t finite = numel_ - counts_.nonfinite;
-  m.mean_error = finite ? sum_e / static_cast<double>(finite) : 0.0;
+  // Where the sum overflowed (or met a NaN), its compensation says nothing.
+  const double total_e = std::isfinite(sum_e) ? sum_e + sum_ec : sum_e;
+  m.mean_error = finite ? total_e / static_cast<double>(finite) : 0.0;
   return m;
 }
 

@@ -1,7 +1,6 @@
-#include "gcz/metrics.h"
-
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,6 +9,7 @@
 
 #include "cpu_features.h"
 #include "gcz/detail/float_bits.h"
+#include "gcz/metrics.h"
 
 namespace gcz {
 namespace {
@@ -174,6 +174,51 @@ TEST(Metrics, SplitsAndThreadPiecesGiveIdenticalResults) {
     EXPECT_EQ(a.max_abs_error, c.max_abs_error);
     EXPECT_EQ(a.numel, c.numel);
   }
+}
+
+// Errors near float32's largest that cancel do not swallow the small ones, in any order: the mean is
+// the exact sum's (the errors' sum is an integer here, so the mean is exact too), on both paths, in
+// one add() and in pieces. Summed plainly, 3e38 + 1 − 3e38 gave 0.
+TEST(Metrics, MeanErrorKeepsSmallErrorsBesideHugeOnesThatCancel) {
+  const uint64_t n = MetricsAccumulator::kBlock + 4463;
+  std::vector<float> y(n);
+  const float huge = 3e38f;
+  int64_t sum = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (i < 2000) {
+      y[i] = i % 2 == 0 ? huge : -huge;
+    } else {
+      const int v = static_cast<int>(i % 9) - 3;  // -3 .. 5
+      y[i] = static_cast<float>(v);
+      sum += v;
+    }
+  }
+  const double want = static_cast<double>(sum) / static_cast<double>(n);
+  const std::vector<float> x(n, 0.0f);  // the error is x̂ itself
+  std::mt19937 rng(3);
+  for (int order = 0; order < 4; ++order) {
+    if (order > 0) std::shuffle(y.begin(), y.end(), rng);
+    for (bool vec : {false, true}) {
+      detail::allow_avx2_for_testing(vec);
+      MetricsAccumulator whole, pieces;
+      whole.add(DType::kFloat32, x.data(), y.data(), n);
+      for (uint64_t a = 0; a < n; a += 1001) {
+        pieces.add(DType::kFloat32, x.data() + a, y.data() + a, std::min<uint64_t>(1001, n - a));
+      }
+      EXPECT_EQ(whole.finish(1, 1).mean_error, want) << "order " << order << ", vector path " << vec;
+      EXPECT_EQ(pieces.finish(1, 1).mean_error, want) << "order " << order << ", vector path " << vec;
+    }
+    detail::allow_avx2_for_testing(true);
+  }
+  // A float64 sum that overflows is +Inf, its compensation (NaN) left out.
+  const double big[] = {1e308, 1e308, 1e308, 1e308, 1e308, 1e308, 1e308, 1e308, 1e308}, zero[9] = {};
+  for (bool vec : {false, true}) {
+    detail::allow_avx2_for_testing(vec);
+    MetricsAccumulator inf;
+    inf.add(DType::kFloat64, zero, big, 9);
+    EXPECT_EQ(inf.finish(1, 1).mean_error, std::numeric_limits<double>::infinity()) << "vector path " << vec;
+  }
+  detail::allow_avx2_for_testing(true);
 }
 
 // Every field of two Metrics, bit for bit (NaN equal to NaN).

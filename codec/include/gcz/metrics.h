@@ -65,6 +65,7 @@ class MetricsAccumulator {
   static constexpr int kLanes = 4;
   struct Lanes {
     double xx[kLanes] = {}, yy[kLanes] = {}, xy[kLanes] = {}, ee[kLanes] = {}, e[kLanes] = {}, max_abs[kLanes] = {};
+    double ec[kLanes] = {};                         // what the sums e rounded off (compensated summation)
     double max_x[kLanes] = {}, max_y[kLanes] = {};  // of |x| and |x̂|, for float64: whether its squares held
   };
   void close_block();
