@@ -97,15 +97,15 @@ void print_csv(std::FILE* out, const std::vector<Row>& rows, const std::string& 
   }
   for (const Row& r : rows) {
     const Metrics& m = *r.m;
-    std::fprintf(out, "%s%s,%s,%s,%s,%llu,%llu,%llu,%s,%s,%s,%s,%s,%s,%s,%s,%llu,%llu,%s\n", prefix.c_str(),
-                 csv_field(r.name).c_str(), csv_field(r.shape).c_str(), r.dtype.c_str(), csv_field(r.codec).c_str(),
-                 static_cast<unsigned long long>(m.numel), static_cast<unsigned long long>(m.bytes_in),
-                 static_cast<unsigned long long>(m.bytes_out), fmt("%.6g", m.ratio).c_str(),
-                 fmt("%.6g", m.bits_per_element).c_str(), fmt("%.9g", m.rel_l2).c_str(), fmt("%.9g", m.cosine).c_str(),
-                 fmt("%.9g", m.max_abs_error).c_str(), fmt("%.6g", m.snr_db).c_str(), fmt("%.9g", m.norm_ratio).c_str(),
-                 fmt("%.9g", m.mean_error).c_str(), static_cast<unsigned long long>(m.nonfinite),
-                 static_cast<unsigned long long>(m.decoded_nonfinite),
-                 r.cumulative ? fmt("%.9g", r.cumulative->rel_l2()).c_str() : "");
+    // Written whole (a name may hold a NUL, which a printf %s would end at).
+    const std::string line =
+        prefix + csv_field(r.name) + "," + csv_field(r.shape) + "," + r.dtype + "," + csv_field(r.codec) + "," +
+        std::to_string(m.numel) + "," + std::to_string(m.bytes_in) + "," + std::to_string(m.bytes_out) + "," +
+        fmt("%.6g", m.ratio) + "," + fmt("%.6g", m.bits_per_element) + "," + fmt("%.9g", m.rel_l2) + "," +
+        fmt("%.9g", m.cosine) + "," + fmt("%.9g", m.max_abs_error) + "," + fmt("%.6g", m.snr_db) + "," +
+        fmt("%.9g", m.norm_ratio) + "," + fmt("%.9g", m.mean_error) + "," + std::to_string(m.nonfinite) + "," +
+        std::to_string(m.decoded_nonfinite) + "," + (r.cumulative ? fmt("%.9g", r.cumulative->rel_l2()) : "") + "\n";
+    std::fwrite(line.data(), 1, line.size(), out);
   }
 }
 

@@ -77,11 +77,26 @@ Result<WeightMap> read_weight_map(const std::string& path) {
 }
 
 // A shard's path relative to the directory read, from its name in the index at `index_relative`;
-// empty for a name that leaves that directory.
+// empty for a name that is not a relative path within the index's directory (or holds a NUL, which
+// would end the path at the file system).
 std::string shard_relative(const std::string& index_relative, const std::string& shard) {
-  if (shard.empty() || fs::path(shard).has_root_path()) return {};
-  const std::string r = (fs::path(index_relative).parent_path() / shard).lexically_normal().generic_string();
-  return r == ".." || r.starts_with("../") ? std::string() : r;
+  if (shard.empty() || shard.find('\0') != std::string::npos || fs::path(shard).has_root_path()) return {};
+  const fs::path within = fs::path(shard).lexically_normal();
+  if (within == ".." || within.begin()->string() == ".." || within.filename().empty()) return {};
+  return (fs::path(index_relative).parent_path() / within).lexically_normal().generic_string();
+}
+
+// Whether `relative` (a file's path under `root`) goes through a symbolic link to a directory, which a
+// directory's listing does not follow.
+bool through_linked_directory(const fs::path& root, const std::string& relative) {
+  fs::path at = root;
+  const fs::path rel(relative);
+  for (auto part = rel.begin(); part != rel.end() && std::next(part) != rel.end(); ++part) {
+    at /= *part;
+    std::error_code ec;
+    if (fs::is_symlink(at, ec)) return true;
+  }
+  return false;
 }
 
 // A NAME.safetensors.index.json: which shard file holds each tensor of the model.
@@ -157,7 +172,7 @@ class DirectoryReader final : public ReaderBase {
   Status collect_files();
   Status collect_index_files();
   DirEntryFile entry(const fs::path& root, const fs::path& file) const;
-  Status add_shard_index(std::size_t file_index, const WeightMap& weight_map);
+  Status add_shard_indexes(const std::map<std::size_t, WeightMap>& weight_maps);
   Status check_shard_name(const DirEntryFile& f, const std::string& inner);
   Status check_shards_complete() const;
   Status add_file(std::size_t file_index);
@@ -186,8 +201,7 @@ Status DirectoryReader::collect_files() {
       GCZ_ASSIGN_OR_RETURN(weight_maps[i], read_weight_map(files_[i].path));
     }
   }
-  for (const auto& [i, weight_map] : weight_maps) GCZ_RETURN_IF_ERROR(add_shard_index(i, weight_map));
-  return Status::ok();
+  return add_shard_indexes(weight_maps);
 }
 
 // The index `path_` and the files its weight_map names that exist, as a directory's listing rooted at
@@ -195,18 +209,20 @@ Status DirectoryReader::collect_files() {
 Status DirectoryReader::collect_index_files() {
   const fs::path root = directory_of(path_);
   GCZ_ASSIGN_OR_RETURN(WeightMap weight_map, read_weight_map(path_));
-  std::set<std::string> shards;
+  std::set<std::string> shards;  // what the directory's listing would hold of them
   for (const auto& [name, shard] : weight_map) {
     const std::string relative = shard_relative(fs::path(path_).filename().string(), shard);
     std::error_code ec;
-    if (!relative.empty() && fs::is_regular_file(root / relative, ec)) shards.insert(relative);
+    if (!relative.empty() && fs::is_regular_file(root / relative, ec) && !through_linked_directory(root, relative)) {
+      shards.insert(relative);
+    }
   }
   for (const std::string& relative : shards) files_.push_back(entry(root, root / relative));
   files_.push_back(entry(root, path_));
   std::sort(files_.begin(), files_.end(),
             [](const DirEntryFile& a, const DirEntryFile& b) { return fs::path(a.path) < fs::path(b.path); });
   const auto index = std::find_if(files_.begin(), files_.end(), [](const DirEntryFile& f) { return f.shard_index; });
-  return add_shard_index(static_cast<std::size_t>(index - files_.begin()), weight_map);
+  return add_shard_indexes({{static_cast<std::size_t>(index - files_.begin()), std::move(weight_map)}});
 }
 
 DirEntryFile DirectoryReader::entry(const fs::path& root, const fs::path& file) const {
@@ -228,34 +244,38 @@ DirEntryFile DirectoryReader::entry(const fs::path& root, const fs::path& file) 
   return f;
 }
 
-// Marks the shards a shard index names; each must be a .safetensors file of the listing, named by at
-// most one index.
-Status DirectoryReader::add_shard_index(std::size_t file_index, const WeightMap& weight_map) {
-  const DirEntryFile& f = files_[file_index];
-  ShardIndex index;
-  index.path = f.path;
-  const fs::path dir = fs::path(f.relative).parent_path();
-  index.prefix = dir.empty() ? std::string() : dir.generic_string() + "/";
+// Marks the shards each shard index (the listing's file at the key) names; each must be a .safetensors
+// file of the listing, named by at most one index.
+Status DirectoryReader::add_shard_indexes(const std::map<std::size_t, WeightMap>& weight_maps) {
   std::map<std::string, std::size_t> by_relative;
   for (std::size_t i = 0; i < files_.size(); ++i) by_relative.emplace(files_[i].relative, i);
-  for (const auto& [name, shard] : weight_map) {
-    const std::string ctx = tensor_context(f.path, name);
-    const auto found = by_relative.find(shard_relative(f.relative, shard));
-    if (found == by_relative.end()) {
-      return format_error(ctx + ": the weight_map names shard '" + shard + "', not a file in the directory");
+  for (const auto& [file_index, weight_map] : weight_maps) {
+    const DirEntryFile& f = files_[file_index];
+    ShardIndex index;
+    index.path = f.path;
+    const fs::path dir = fs::path(f.relative).parent_path();
+    index.prefix = dir.empty() ? std::string() : dir.generic_string() + "/";
+    for (const auto& [name, shard] : weight_map) {
+      const std::string ctx = tensor_context(f.path, name) + ": the weight_map names shard '" + shard + "'";
+      const std::string relative = shard_relative(f.relative, shard);
+      if (relative.empty()) return format_error(ctx + ", which is not a relative path within the index's directory");
+      const auto found = by_relative.find(relative);
+      if (found == by_relative.end()) {
+        return format_error(ctx + ", which is not a file there (symbolic links to directories are not followed)");
+      }
+      DirEntryFile& target = files_[found->second];
+      if (target.format != TensorFileFormat::kSafetensors || !target.skip_reason.empty() || target.shard_index) {
+        return format_error(ctx + ", which is not a .safetensors file");
+      }
+      if (target.shard && *target.shard != indexes_.size()) {
+        return format_error(target.path + ": two shard indexes name this shard: " + indexes_[*target.shard].path +
+                            " and " + f.path);
+      }
+      target.shard = indexes_.size();
+      index.weight_map.emplace(name, target.relative);
     }
-    DirEntryFile& target = files_[found->second];
-    if (target.format != TensorFileFormat::kSafetensors || !target.skip_reason.empty() || target.shard_index) {
-      return format_error(ctx + ": the weight_map names shard '" + shard + "', not a .safetensors file");
-    }
-    if (target.shard && *target.shard != indexes_.size()) {
-      return format_error(target.path + ": two shard indexes name this shard: " + indexes_[*target.shard].path +
-                          " and " + f.path);
-    }
-    target.shard = indexes_.size();
-    index.weight_map.emplace(name, target.relative);
+    indexes_.push_back(std::move(index));
   }
-  indexes_.push_back(std::move(index));
   return Status::ok();
 }
 
@@ -318,10 +338,12 @@ Status DirectoryReader::list(bool index_only) {
     }
   }
   GCZ_RETURN_IF_ERROR(check_shards_complete());
-  std::set<std::string> names;
-  for (const TensorInfo& t : tensors_) {
-    if (!names.insert(t.name).second) {
-      return format_error(tensor_context(path_, t.name) + ": two files in the directory give this name");
+  std::map<std::string, std::size_t> names;  // name -> its file
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const auto [it, added] = names.emplace(tensors_[i].name, origins_[i].file);
+    if (!added) {
+      return format_error(tensor_context(path_, tensors_[i].name) + ": two files in the directory give this name: " +
+                          files_[it->second].relative + " and " + files_[origins_[i].file].relative);
     }
   }
   return Status::ok();

@@ -273,8 +273,13 @@ int rename_temp_path(const std::string& tmp, const std::string& dest, const std:
   return 0;
 }
 
+Status not_a_regular_file(const std::string& path) {
+  return io_error(path + ": not a regular file (gcz maps its inputs into memory: no pipes or devices)");
+}
+
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a pipe with no writer would otherwise hold the open until one came.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return io_error(path + ": cannot open: " + errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -283,7 +288,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return io_error(path + ": not a regular file");
+    return not_a_regular_file(path);
   }
   std::unique_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;

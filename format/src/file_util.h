@@ -37,6 +37,9 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
+// The error for an input that is not a regular file (a pipe, a device, a socket).
+Status not_a_regular_file(const std::string& path);
+
 // The machine's physical memory in bytes (0 when unknown).
 uint64_t physical_memory_bytes();
 

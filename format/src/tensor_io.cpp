@@ -61,6 +61,9 @@ Result<std::unique_ptr<TensorFileReader>> open_tensor_file(const std::string& pa
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return io_error(path + ": cannot open: " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return detail::open_directory_reader(path, options);
+  if (!S_ISREG(st.st_mode)) {  // checked before anything opens it: opening a pipe waits for a writer
+    return detail::not_a_regular_file(path);
+  }
   // A dtype and shape given by the caller mean "these are raw bytes" for a file that is not of a known
   // tensor format (.bin, .raw, or any other extension); .npy .npz .safetensors .h5 are read as such.
   if (detail::is_shard_index_path(path)) return detail::open_shard_index_reader(path, options);

@@ -887,6 +887,25 @@ def test_a_name_too_long_for_a_file_name_is_refused_up_front(tmp_path):
     assert "a" * 4000 in {t["name"] for t in rep["tensors"]}
 
 
+def test_csv_keeps_a_name_that_holds_a_nul(tmp_path):
+    """A safetensors key may hold U+0000: the CSV row has the whole name (it had ended at the NUL)."""
+    header = json.dumps({"a\x00x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    (tmp_path / "n.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(8))
+    r = subprocess.run([str(GCZ), "eval", str(tmp_path / "n.safetensors"), "-c", "none", "--csv"],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.split(b"\n")
+    assert rows[1].startswith(b'a\x00x,[2],float32,none,2,'), rows
+
+
+def test_a_pipe_as_input_is_refused_at_once(tmp_path):
+    """A FIFO given as an input (a tensor file or a .gcz) is refused: opening it had waited for a writer."""
+    for name, command in (("p.npy", ["eval"]), ("p.gcz", ["info"]), ("q.gcz", ["verify"])):
+        os.mkfifo(tmp_path / name)
+        r = gcz(*command, tmp_path / name)
+        assert r.returncode == 3 and "not a regular file" in error_line(r), r.stderr
+
+
 def test_a_table_shortens_names_by_terminal_columns(tmp_path):
     """A name of 30 wide characters (60 columns, 90 bytes) is shown whole; one of 50 (100 columns)
     by its ends, in at most 72 columns, its columns aligned with the other rows'."""
@@ -993,12 +1012,12 @@ def test_the_shards_of_a_sharded_safetensors_checkpoint_are_one_model(tmp_path):
 
 
 @pytest.mark.parametrize("change, rule", [
-    ("missing shard", "names shard 'model-00002-of-00002.safetensors', not a file in the directory"),
+    ("missing shard", "names shard 'model-00002-of-00002.safetensors', which is not a file there"),
     ("unlisted tensor", "'layers.1.weight': not in the weight_map of"),
     ("wrong shard", "'layers.1.weight': the weight_map of"),
     ("absent tensor", "'layers.9.weight': its shard 'model-00001-of-00002.safetensors' does not hold it"),
-    ("outside", "names shard '../x.safetensors', not a file in the directory"),
-    ("not safetensors", "names shard 'notes.txt', not a .safetensors file"),
+    ("outside", "names shard '../x.safetensors', which is not a relative path within the index's directory"),
+    ("not safetensors", "names shard 'notes.txt', which is not a .safetensors file"),
     ("duplicate key", "has the key 'layers.0.weight' twice"),
     ("no weight_map", "needs a \"weight_map\" object"),
     ("not a string", "the weight_map value is not a file name"),
@@ -1035,6 +1054,40 @@ def test_a_shard_index_that_disagrees_with_its_shards_is_refused(change, rule, t
         r = gcz("eval", given, "-c", "none")
         assert r.returncode == 4, (given, r.stderr)
         assert rule in error_line(r), (given, r.stderr)
+
+
+@pytest.mark.parametrize("shard, rule", [
+    ("../b/x.safetensors", "which is not a relative path within the index's directory"),
+    ("x.bin\x00.safetensors", "which is not a relative path within the index's directory"),
+    ("linked/x.safetensors", "which is not a file there (symbolic links to directories are not followed)"),
+])
+def test_a_shard_outside_the_index_directory_is_refused_however_the_input_is_given(shard, rule, tmp_path):
+    """From the directory above, the index's directory, or the index itself: a shard in a sibling
+    directory, a name a NUL would cut short, one through a linked directory, are all refused alike."""
+    d = tmp_path / "a"
+    sharded_model(d)
+    (tmp_path / "b").mkdir()
+    write_safetensors(tmp_path / "b" / "x.safetensors", {"c": np.ones(2, np.float32)})
+    write_safetensors(d / "x.bin", {"c": np.ones(2, np.float32)})
+    os.symlink(tmp_path / "b", d / "linked")
+    index = d / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    doc["weight_map"]["c"] = shard
+    index.write_text(json.dumps(doc))
+    for given in (tmp_path, d, index):
+        r = gcz("eval", given, "-c", "none")
+        assert r.returncode == 4 and rule in error_line(r), (given, r.stderr)
+
+
+def test_a_name_two_files_give_is_refused_naming_both(tmp_path):
+    sharded_model(tmp_path)
+    write_safetensors(tmp_path / "ema-1.safetensors", {"layers.0.weight": np.ones(2, np.float32)})
+    (tmp_path / "ema.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"layers.0.weight": "ema-1.safetensors"}}))
+    r = gcz("eval", tmp_path, "-c", "none")
+    assert r.returncode == 4, r.stderr
+    assert ("'layers.0.weight': two files in the directory give this name: ema-1.safetensors and "
+            "model-00001-of-00002.safetensors") in error_line(r), r.stderr
 
 
 def test_two_shard_indexes_may_not_name_one_shard(tmp_path):
