@@ -99,18 +99,23 @@ std::string table_cell(const std::string& text, std::size_t most) {
     }
     return std::string::npos;
   };
+  most = std::max<std::size_t>(most, 6);
   const std::size_t head_most = (most - 3) / 3, tail_most = most - 3 - head_most;
-  std::size_t head = 0, k = 0;
+  std::size_t k = 0;  // the first character left out
   for (std::size_t used = 0; k < chars.size() && used + chars[k].second <= head_most; ++k) used += chars[k].second;
-  head = k < chars.size() ? chars[k].first : text.size();
-  std::size_t tail = text.size();
-  for (std::size_t used = 0, j = chars.size(); j > 0 && used + chars[j - 1].second <= tail_most; --j) {
-    used += chars[j - 1].second;
-    tail = chars[j - 1].first;
+  std::size_t j = chars.size();  // the first character of the tail
+  for (std::size_t used = 0; j > k && used + chars[j - 1].second <= tail_most; --j) used += chars[j - 1].second;
+  // An escape cut in two goes whole to the "...", as does a combining mark whose base was cut off (a
+  // backslash that printable() kept may look like an escape: the cut still falls between characters).
+  auto at = [&](std::size_t c) { return c < chars.size() ? chars[c].first : text.size(); };
+  if (const std::size_t e = escape_at(at(k)); e != std::string::npos) {
+    while (k > 0 && at(k) > e) --k;
   }
-  if (const std::size_t e = escape_at(head); e != std::string::npos) head = e;
-  if (const std::size_t e = escape_at(tail); e != std::string::npos) tail = std::min(text.size(), e + 4);
-  return text.substr(0, head) + "..." + text.substr(tail);
+  if (const std::size_t e = escape_at(at(j)); e != std::string::npos) {
+    while (j < chars.size() && at(j) < e + 4) ++j;
+  }
+  while (j < chars.size() && chars[j].second == 0) ++j;
+  return text.substr(0, at(k)) + "..." + text.substr(at(j));
 }
 
 std::string printable(const std::string& text) {

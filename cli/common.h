@@ -33,7 +33,7 @@ int exit_code_for(StatusCode code);
 std::string printable(const std::string& text);
 // printable() text for a table cell: whole up to `most` terminal columns (a wide character takes
 // two), else its first and last parts (whole UTF-8 characters and escapes) around "...", the end kept
-// longer (a name's end says most).
+// longer (a name's end says most); `most` is taken as 6 at least.
 std::string table_cell(const std::string& text, std::size_t most = 72);
 // Prints "gcz: error: MESSAGE" on stderr and returns the exit code for the status. A usage error
 // (kInvalidArgument, exit 2) ends with the --help to read: "(see 'gcz encode --help')", naming the

@@ -45,7 +45,7 @@ bool is_shard_index_path(const std::string& path) {
 
 namespace {
 
-// A shard index's "weight_map": (tensor name, shard file name relative to the index) in the index's order.
+// A shard index's "weight_map": (tensor name, shard file name relative to the index), by tensor name.
 using WeightMap = std::vector<std::pair<std::string, std::string>>;
 
 Result<WeightMap> read_weight_map(const std::string& path) {
@@ -221,7 +221,8 @@ Status DirectoryReader::collect_index_files() {
   files_.push_back(entry(root, path_));
   std::sort(files_.begin(), files_.end(),
             [](const DirEntryFile& a, const DirEntryFile& b) { return fs::path(a.path) < fs::path(b.path); });
-  const auto index = std::find_if(files_.begin(), files_.end(), [](const DirEntryFile& f) { return f.shard_index; });
+  const std::string self = entry(root, path_).path;
+  const auto index = std::find_if(files_.begin(), files_.end(), [&](const DirEntryFile& f) { return f.path == self; });
   return add_shard_indexes({{static_cast<std::size_t>(index - files_.begin()), std::move(weight_map)}});
 }
 

@@ -278,7 +278,10 @@ Status not_a_regular_file(const std::string& path) {
 }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  // O_NONBLOCK: a pipe with no writer would otherwise hold the open until one came.
+  // Checked before the open, which for a device may do something, and for a pipe with no writer would
+  // wait for one (O_NONBLOCK: the type may change between the two).
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) return not_a_regular_file(path);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return io_error(path + ": cannot open: " + errno_text());
   struct stat st {};

@@ -14,13 +14,9 @@ as a check that the specification is enough to read the format. It decodes every
 - value codecs nested in them (``values=(qsgd:bits=8)``, ``factors=(bf16)``, and deeper), and
   error-feedback state files (ordinary .gcz files, CODECS.md "Error feedback").
 
-All of these come out bit for bit as ``gcz decode`` writes them (tests/python/test_reader.py), with
-one exception, PowerSGD outputs from NaN factors (gcz's encoder writes no NaN factor, so only a
-hand-made file has them): the same elements are NaNs, but where two NaNs meet in one operation (a
-NaN product added to a NaN sum, a NaN times a NaN) which one's sign and payload survives depends on
-the machine instructions (operand order, fused multiply-add), which the format does not fix, so such
-an element's NaN payload and sign may differ from gcz's. Every element that is not a NaN is exactly
-as gcz writes it.
+All of these come out bit for bit as ``gcz decode`` writes them (tests/python/test_reader.py),
+PowerSGD's NaN sums included (from NaN or Inf factors, which only a hand-made file holds: each is
+the default quiet NaN, powersgd.md).
 
 Dependencies
 ------------
@@ -1195,6 +1191,7 @@ def _decode_powersgd(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
     with np.errstate(invalid="ignore", over="ignore"):
         for c in range(r):
             acc += np.outer(P[:, c], Q[:, c])
+    acc[np.isnan(acc)] = np.nan  # the default quiet NaN, whichever NaN the sums made
     return "float64", acc.reshape(-1).view(np.uint64)
 
 

@@ -920,6 +920,13 @@ def test_a_table_shortens_names_by_terminal_columns(tmp_path):
     assert "..." in name and wide(name) <= 72 and name.endswith("权" * 23), name
     starts = {wide(line[:line.index("[2]")]) for line in lines if "[2]" in line}
     assert len(starts) == 1, lines  # the shape column starts at one terminal column in every row
+    # A cut falls between characters (a kept backslash before "x" is not taken for half an escape),
+    # and a combining mark does not lose its base to the "...".
+    np.savez(tmp_path / "e.npz", **{"b" * 40 + "\\x" + "层" + "c" * 44: np.ones(2, np.float32),
+                                    "e\u0301" * 80: np.ones(2, np.float32)})
+    r = subprocess.run([str(GCZ), "eval", str(tmp_path / "e.npz"), "-c", "none"], capture_output=True, timeout=60)
+    out = r.stdout.decode("utf-8")  # strict: no byte of a cut character
+    assert "..." + "\u0301" not in out and "...e\u0301" in out, out
 
 
 def test_float64_beyond_what_squares_hold_is_not_measured_across_steps_either(tmp_path):

@@ -19,6 +19,7 @@
 #include "cpu_features.h"
 #include "gcz/codec_spec.h"
 #include "gcz/convert.h"
+#include "gcz/detail/float_bits.h"
 #include "gcz/detail/powersgd_math.h"
 #include "gcz/pipeline.h"
 #include "gcz/tensor_io.h"
@@ -285,6 +286,52 @@ TEST(PowerSgd, DecodeIsTheStatedSumWhateverTheTilesThreadsAndVectorPath) {
     }
     detail::allow_avx2_for_testing(true);
   }
+}
+
+TEST(PowerSgd, NanSumsDecodeAsTheDefaultQuietNanOnEveryPath) {
+  // Factors only a made-up file holds: NaNs of either sign and any payload, Infs (Inf·0 is a NaN).
+  // Every NaN element decodes as the default quiet NaN of its dtype, on both paths and any thread count;
+  // the other elements as the stated sum.
+  const uint64_t n = 9, m = 13, r = 3;
+  const uint32_t specials[] = {0x7fc00001u, 0xffc12345u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0u};
+  std::mt19937 rng(5);
+  auto factor = [&](uint64_t count) {
+    ByteBuffer b(count * 4);
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint32_t bits = rng() % 4 == 0 ? specials[rng() % 6] : detail::bit_cast<uint32_t>(float(rng() % 7) - 3.0f);
+      std::memcpy(b.data() + i * 4, &bits, 4);
+    }
+    return b;
+  };
+  const std::vector<ByteBuffer> streams = {factor(n * r), factor(m * r)};
+  const float* p = reinterpret_cast<const float*>(streams[0].data());
+  const float* q = reinterpret_cast<const float*>(streams[1].data());
+  const TensorInfo t{"w", DType::kFloat32, {n, m}};
+  uint64_t nans = 0;
+  for (bool vec : {true, false}) {
+    detail::allow_avx2_for_testing(vec);
+    for (unsigned threads : {1u, 3u}) {
+      auto c = make("powersgd:rank=3,min_rate=1");
+      c->set_threads(threads);
+      const ByteBuffer got = decode(*c, t, streams);
+      nans = 0;
+      for (uint64_t i = 0; i < n; ++i) {
+        for (uint64_t j = 0; j < m; ++j) {
+          uint32_t bits;
+          std::memcpy(&bits, got.data() + (i * m + j) * 4, 4);
+          const double want = detail::powersgd_element(p + i * r, q + j * r, r);
+          if (std::isnan(want)) {
+            ++nans;
+            EXPECT_EQ(bits, 0x7fc00000u) << i << ", " << j << " vector " << vec << " threads " << threads;
+          } else {
+            EXPECT_EQ(bits, detail::bit_cast<uint32_t>(static_cast<float>(want))) << i << ", " << j;
+          }
+        }
+      }
+    }
+  }
+  detail::allow_avx2_for_testing(true);
+  EXPECT_GT(nans, n * m / 4);  // the test has NaNs to check
 }
 
 #if defined(__x86_64__)

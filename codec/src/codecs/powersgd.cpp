@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 
@@ -254,10 +255,14 @@ void balance(int e, Dims d, uint64_t r, std::vector<float>& p, std::vector<float
 // each step as the written sum does. The work goes in tiles of kTileRows × kTileCols elements whose sums
 // stay in registers over all of c: Q widened once into panels of kTileCols columns ([c][column]), P four
 // rows at a time ([c][row]), zeros past the matrix's edges. Column blocks keep a block's panels in L2;
-// pieces of rows go to the codec's threads. Blocking and threads change how fast, never a bit.
+// pieces of rows go to the codec's threads, as many as the work is worth. A NaN sum (from NaN or Inf
+// factors, which only a made-up file holds) becomes the default quiet NaN, whose sign and payload the
+// vector and portable paths would otherwise choose differently. Blocking and threads change how fast,
+// never a bit.
 constexpr uint64_t kTileRows = 4, kTileCols = 8;
-constexpr uint64_t kRowsPerPiece = 16 * kTileRows;
+constexpr uint64_t kMostRowsPerPiece = 16 * kTileRows;
 constexpr uint64_t kBlockPanelDoubles = uint64_t{1} << 16;  // a column block's panels: 512 KiB at most
+constexpr uint64_t kMinWorkPerThread = uint64_t{1} << 22;   // multiply-adds (~0.2 ms), against a thread's start
 
 // The sums of one tile: out[row][column] = Σ_c pp[c][row]·qp[c][column].
 void tile_sums(const double* pp, const double* qp, uint64_t r, double* out) {
@@ -315,30 +320,50 @@ void reconstruct(const std::vector<float>& p, const std::vector<float>& q, Dims 
 #else
   const auto sums = tile_sums;
 #endif
+  // Pieces of whole tiles, at most kMostRowsPerPiece rows, enough of them for the threads; threads as
+  // many as the work (n·m·r multiply-adds) is worth.
+  const uint64_t per_thread = (d.n + threads - 1) / threads;
+  const uint64_t piece_rows = std::min(kMostRowsPerPiece, (per_thread + kTileRows - 1) / kTileRows * kTileRows);
+  const uint64_t pieces = (d.n + piece_rows - 1) / piece_rows;
+  const double work = static_cast<double>(d.n) * static_cast<double>(d.m) * static_cast<double>(r);
+  const unsigned workers =
+      static_cast<unsigned>(std::min<double>({static_cast<double>(threads), static_cast<double>(pieces),
+                                              std::max(1.0, work / static_cast<double>(kMinWorkPerThread))}));
+  struct Scratch {
+    std::vector<double> pp;    // pp[(t·r + c)·4 + k] = P[first_row + 4t + k][c]
+    std::vector<double> rows;  // a tile row's sums across the column block
+  };
+  std::vector<Scratch> scratch(workers);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::size_t esize = dtype_size(dtype);
-  detail::run_pieces(threads, d.n, kRowsPerPiece, [&](unsigned, uint64_t first_row, uint64_t end_row) {
+  detail::run_pieces(workers, d.n, piece_rows, [&](unsigned worker, uint64_t first_row, uint64_t end_row) {
+    Scratch& w = scratch[worker];
     const uint64_t tiles = (end_row - first_row + kTileRows - 1) / kTileRows;
-    std::vector<double> pp(tiles * r * kTileRows, 0.0);  // pp[(t·r + c)·4 + k] = P[first_row + 4t + k][c]
+    w.pp.assign(tiles * r * kTileRows, 0.0);
+    w.rows.resize(kTileRows * block_cols);
     for (uint64_t i = first_row; i < end_row; ++i) {
-      double* tile = pp.data() + (i - first_row) / kTileRows * r * kTileRows + (i - first_row) % kTileRows;
+      double* tile = w.pp.data() + (i - first_row) / kTileRows * r * kTileRows + (i - first_row) % kTileRows;
       for (uint64_t c = 0; c < r; ++c) tile[c * kTileRows] = p[i * r + c];
     }
-    std::vector<double> rows(kTileRows * block_cols);  // a tile row's sums across the column block
     double out[kTileRows * kTileCols];
     for (uint64_t j0 = 0; j0 < d.m; j0 += block_cols) {
       const uint64_t cols = std::min(block_cols, d.m - j0);
       for (uint64_t t = 0; t < tiles; ++t) {
         for (uint64_t j = 0; j < cols; j += kTileCols) {
-          sums(pp.data() + t * r * kTileRows, qp.data() + (j0 + j) / kTileCols * r * kTileCols, r, out);
+          sums(w.pp.data() + t * r * kTileRows, qp.data() + (j0 + j) / kTileCols * r * kTileCols, r, out);
           for (uint64_t k = 0; k < kTileRows; ++k) {
-            std::memcpy(rows.data() + k * block_cols + j, out + k * kTileCols, sizeof(double) * kTileCols);
+            double* row = w.rows.data() + k * block_cols + j;
+            for (uint64_t c = 0; c < kTileCols; ++c) {
+              const double v = out[k * kTileCols + c];
+              row[c] = v == v ? v : nan;
+            }
           }
         }
         // convert_elements rounds to nearest even whatever the FPU's modes (a bare cast follows them),
         // on the hardware where they are the defaults.
         for (uint64_t k = 0; k < kTileRows && first_row + t * kTileRows + k < end_row; ++k) {
           const uint64_t i = first_row + t * kTileRows + k;
-          convert_elements(DType::kFloat64, rows.data() + k * block_cols, dtype,
+          convert_elements(DType::kFloat64, w.rows.data() + k * block_cols, dtype,
                            static_cast<std::byte*>(dst) + (i * d.m + j0) * esize, cols);
         }
       }
