@@ -1,5 +1,6 @@
 // decode_file: a .gcz in, tensor files out, chunk by chunk.
 #include <algorithm>
+#include <thread>
 
 #include "file_util.h"
 #include "gcz/container.h"
@@ -52,6 +53,9 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
   uint64_t unit = codec.chunk_unit();
   if (const uint64_t s = detail::streaming_chunk_unit(codec, numel, kChunkElements); s != 0) unit = s;
   const bool whole = unit == 0;
+  // A whole-tensor codec may split its one call over the cores (PowerSGD's product does); the bytes
+  // do not depend on it.
+  if (whole) codec.set_threads(std::max(1u, std::thread::hardware_concurrency()));
   const uint64_t chunk = whole ? std::max<uint64_t>(numel, 1) : std::max(unit, kChunkElements / unit * unit);
   const std::size_t esize = dtype_size(t.dtype);
   // A whole-tensor codec decodes the tensor at once: a file can claim more than the machine holds.
