@@ -64,9 +64,9 @@ Result<std::unique_ptr<TensorFileReader>> open_tensor_file(const std::string& pa
   if (!S_ISREG(st.st_mode)) {  // checked before anything opens it: opening a pipe waits for a writer
     return detail::not_a_regular_file(path);
   }
+  if (detail::is_shard_index_path(path)) return detail::open_shard_index_reader(path, options);
   // A dtype and shape given by the caller mean "these are raw bytes" for a file that is not of a known
   // tensor format (.bin, .raw, or any other extension); .npy .npz .safetensors .h5 are read as such.
-  if (detail::is_shard_index_path(path)) return detail::open_shard_index_reader(path, options);
   const auto format = tensor_format_from_path(path);
   if ((options.raw_dtype || options.raw_shape) && (!format || *format == TensorFileFormat::kRaw)) {
     return detail::open_raw_reader(path, options);
