@@ -35,15 +35,21 @@ void start_or_run(std::vector<std::thread>& pool, const F& f) {
   }
 }
 
-// Splits [0, n) into `parts` ranges at part_begin and runs f(k, begin, end) for each: part 0 on the
-// calling thread, the others on threads of their own (start_or_run); returns when all are done.
+// Runs f(k) for k = 0 .. parts - 1: 0 on the calling thread, the others on threads of their own
+// (start_or_run); returns when all are done.
+template <class F>
+void run_each(unsigned parts, const F& f) {
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < parts; ++k) start_or_run(pool, [&f, k] { f(k); });
+  if (parts > 0) f(0u);
+  for (std::thread& th : pool) th.join();
+}
+
+// Splits [0, n) into `parts` ranges at part_begin and runs f(k, begin, end) for each, as run_each.
 template <class F>
 void run_parts(unsigned parts, uint64_t n, uint64_t align, const F& f) {
   auto bound = [&](unsigned k) { return part_begin(parts, n, align, k); };
-  std::vector<std::thread> pool;
-  for (unsigned k = 1; k < parts; ++k) start_or_run(pool, [&f, &bound, k] { f(k, bound(k), bound(k + 1)); });
-  f(0u, bound(0), bound(1));
-  for (std::thread& th : pool) th.join();
+  run_each(parts, [&](unsigned k) { f(k, bound(k), bound(k + 1)); });
 }
 
 // Cuts [0, n) into pieces of `piece` (>= 1) elements, the last maybe shorter, and runs f(k, begin,

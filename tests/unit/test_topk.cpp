@@ -12,6 +12,7 @@
 #include "codecs/sparse_indices.h"
 #include "codecs/topk.h"
 #include "gcz/detail/select.h"
+#include "parallel.h"
 #include "sparse_test_util.h"
 
 namespace gcz {
@@ -119,6 +120,43 @@ TEST(TopK, KeysThatChangeBetweenPassesStayInBounds) {
         EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
       }
     }
+  }
+}
+
+// The passes split into ranges (taken in order, or on threads) select what one pass over the whole
+// does: each range's share of the kept elements and of the ties comes from its own histogram. Both
+// paths: keys of few distinct values (a bucket of more than an eighth of them) and spread keys; more
+// ranges than elements; k at the edges.
+TEST(TopK, SelectionInRangesAndOnThreadsMatchesOnePass) {
+  std::mt19937 rng(17);
+  const auto threaded = [](unsigned parts, const auto& f) { detail::run_each(parts, f); };
+  for (uint64_t n : {uint64_t{3}, uint64_t{1000}, uint64_t{70001}}) {
+    for (bool few : {true, false}) {
+      std::vector<uint32_t> keys(n);
+      for (uint32_t& key : keys) key = few ? (rng() % 5) << 28 : static_cast<uint32_t>(rng());
+      const auto key_at = [&](uint64_t i) { return keys[i]; };
+      for (uint64_t k : {uint64_t{1}, n / 3 + 1, n / 2, n - 1}) {
+        if (k == 0) continue;
+        const std::vector<uint64_t> want = detail::select_smallest<uint32_t>(n, k, key_at);
+        ASSERT_EQ(want.size(), k);
+        for (unsigned parts : {2u, 3u, 7u}) {
+          EXPECT_EQ(detail::select_smallest<uint32_t>(n, k, key_at, parts), want)
+              << "n=" << n << " k=" << k << " few=" << few << " parts=" << parts;
+          EXPECT_EQ(detail::select_smallest<uint32_t>(n, k, key_at, parts, threaded), want)
+              << "n=" << n << " k=" << k << " few=" << few << " parts=" << parts << ", threads";
+        }
+      }
+    }
+  }
+  // Through the codec's entry point, with enough elements for three threads.
+  const uint64_t n = 3 * (uint64_t{1} << 18) + 5;
+  std::vector<double> x(n);
+  for (double& e : x) e = std::ldexp(static_cast<double>(rng() % 64), static_cast<int>(rng() % 4));
+  const ByteBuffer b = from_doubles(DType::kFloat32, x);
+  for (uint64_t k : {uint64_t{100}, n / 10, n / 2}) {
+    EXPECT_EQ(codecs::select_top_k(DType::kFloat32, b.data(), n, k, 3),
+              codecs::select_top_k(DType::kFloat32, b.data(), n, k, 1))
+        << "k=" << k;
   }
 }
 

@@ -2,28 +2,36 @@
 
 #include "codecs/sparse_indices.h"
 #include "gcz/detail/select.h"
+#include "parallel.h"
 
 namespace gcz::codecs {
 
-std::vector<uint64_t> select_top_k(DType dtype, const void* src, uint64_t n, uint64_t k) {
+std::vector<uint64_t> select_top_k(DType dtype, const void* src, uint64_t n, uint64_t k, unsigned threads) {
   using detail::select_smallest;
+  constexpr uint64_t kMinPart = uint64_t{1} << 18;  // elements per thread at least (thread start-up)
+  const unsigned parts = detail::parts_for(threads, n, kMinPart);
+  const auto run = [](unsigned count, const auto& f) { detail::run_each(count, f); };
   // Keys straight from the element bits: no converted copy of the tensor is made.
   switch (dtype) {
     case DType::kFloat16: {
       const auto* b = static_cast<const uint16_t*>(src);
-      return select_smallest<uint32_t>(n, k, [b](uint64_t i) { return detail::magnitude_key_f16(b[i]); });
+      return select_smallest<uint32_t>(
+          n, k, [b](uint64_t i) { return detail::magnitude_key_f16(b[i]); }, parts, run);
     }
     case DType::kBFloat16: {
       const auto* b = static_cast<const uint16_t*>(src);
-      return select_smallest<uint32_t>(n, k, [b](uint64_t i) { return detail::magnitude_key_bf16(b[i]); });
+      return select_smallest<uint32_t>(
+          n, k, [b](uint64_t i) { return detail::magnitude_key_bf16(b[i]); }, parts, run);
     }
     case DType::kFloat32: {
       const auto* b = static_cast<const uint32_t*>(src);
-      return select_smallest<uint32_t>(n, k, [b](uint64_t i) { return detail::magnitude_key_f32(b[i]); });
+      return select_smallest<uint32_t>(
+          n, k, [b](uint64_t i) { return detail::magnitude_key_f32(b[i]); }, parts, run);
     }
     case DType::kFloat64: {
       const auto* b = static_cast<const uint64_t*>(src);
-      return select_smallest<uint64_t>(n, k, [b](uint64_t i) { return detail::magnitude_key_f64(b[i]); });
+      return select_smallest<uint64_t>(
+          n, k, [b](uint64_t i) { return detail::magnitude_key_f64(b[i]); }, parts, run);
     }
   }
   return {};
@@ -57,7 +65,7 @@ Status TopKCodec::encode(const TensorInfo& t, const void* src, uint64_t first, u
   if (out.size() != 1 + values_.stream_count()) return internal_error("topk: wrong number of output streams");
   if (n == 0) return Status::ok();
   const uint64_t k = count_.k(n);
-  const std::vector<uint64_t> idx = select_top_k(t.dtype, src, n, k);
+  const std::vector<uint64_t> idx = select_top_k(t.dtype, src, n, k, threads());
   if (idx.size() != k) {  // the selection's passes saw different values
     return io_error("topk: the tensor changed while it was read (was its file rewritten meanwhile?)");
   }

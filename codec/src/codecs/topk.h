@@ -35,8 +35,9 @@ class TopKCodec : public Codec {
 };
 
 // The indices, ascending, of the k elements of src (n elements of `dtype`) with the largest
-// magnitude, ties to the lower index, non-finite elements after every finite one.
-std::vector<uint64_t> select_top_k(DType dtype, const void* src, uint64_t n, uint64_t k);
+// magnitude, ties to the lower index, non-finite elements after every finite one. The passes over src
+// go on up to `threads` threads; the result does not depend on it.
+std::vector<uint64_t> select_top_k(DType dtype, const void* src, uint64_t n, uint64_t k, unsigned threads = 1);
 
 // The factory in the codec registry. There are no CUDA kernels yet: every backend gets this CPU
 // implementation (the bytes do not depend on the backend).

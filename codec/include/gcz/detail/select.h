@@ -65,17 +65,18 @@ inline uint64_t pick_bucket(const std::vector<uint64_t>& hist, uint64_t& need) {
   return b;
 }
 
-// Histogram of the top digit of every key. Two interleaved tables: runs of equal keys (common in
-// gradients) would otherwise make every increment wait for the previous one to the same counter.
+// Histogram of the top digit of the keys of [begin, end). Two interleaved tables: runs of equal keys
+// (common in gradients) would otherwise make every increment wait for the previous one to the same
+// counter.
 template <class Key, class KeyAt>
-std::vector<uint64_t> top_histogram(uint64_t n, int shift, const KeyAt& key_at) {
+std::vector<uint64_t> top_histogram(uint64_t begin, uint64_t end, int shift, const KeyAt& key_at) {
   std::vector<uint64_t> hist(kBuckets, 0), hist2(kBuckets, 0);
-  uint64_t i = 0;
-  for (; i + 1 < n; i += 2) {
+  uint64_t i = begin;
+  for (; i + 1 < end; i += 2) {
     ++hist[key_at(i) >> shift];
     ++hist2[key_at(i + 1) >> shift];
   }
-  if (i < n) ++hist[key_at(i) >> shift];
+  if (i < end) ++hist[key_at(i) >> shift];
   for (std::size_t b = 0; b < kBuckets; ++b) hist[b] += hist2[b];
   return hist;
 }
@@ -112,22 +113,18 @@ constexpr int top_shift() {
   return 8 * static_cast<int>(sizeof(Key)) - kDigitBits;
 }
 
-// The threshold, once the top-digit histogram `hist` has named the bucket `digit` of the k-th smallest
-// key, `need` of whose keys are still to take: one pass sets the bucket's keys aside.
+// The keys of [begin, end) in top-digit bucket `digit`, of which the histogram counted `most`.
+// Branch-free: every key is written, and the next one goes over it unless it is in the bucket (a
+// bucket of many scattered members mispredicts a branch about as often as not). The count is capped
+// after every kSlack keys all the same, so that keys that change between passes (an input file
+// rewritten under its memory map) give a wrong selection, never a write out of bounds.
 template <class Key, class KeyAt>
-Threshold<Key> threshold_in_bucket(uint64_t n, const KeyAt& key_at, const std::vector<uint64_t>& hist, Key digit,
-                                   uint64_t need) {
+std::vector<Key> bucket_keys(uint64_t begin, uint64_t end, const KeyAt& key_at, Key digit, uint64_t most) {
   constexpr int kShift = top_shift<Key>();
-  // Branch-free: every key is written, and the next one goes over it unless it is in the bucket (a
-  // bucket of many scattered members mispredicts a branch about as often as not). hist[digit]
-  // counted them; the count is capped after every kSlack keys all the same, so that keys that
-  // change between passes (an input file rewritten under its memory map) give a wrong selection,
-  // never a write out of bounds.
-  const uint64_t most = hist[digit];
   std::vector<Key> cand(most + kSlack + 1);
   uint64_t m = 0;
-  for (uint64_t b = 0; b < n; b += kSlack) {
-    for (uint64_t i = b, e = std::min(n, b + kSlack); i < e; ++i) {
+  for (uint64_t b = begin; b < end; b += kSlack) {
+    for (uint64_t i = b, e = std::min(end, b + kSlack); i < e; ++i) {
       const Key key = key_at(i);
       cand[m] = key;
       m += (key >> kShift) == digit;
@@ -135,17 +132,106 @@ Threshold<Key> threshold_in_bucket(uint64_t n, const KeyAt& key_at, const std::v
     m = std::min(m, most);
   }
   cand.resize(m);
-  return narrow<Key>(std::move(cand), kShift, static_cast<Key>(digit << kShift), need);
+  return cand;
+}
+
+// The threshold, once the top-digit histogram `hist` has named the bucket `digit` of the k-th smallest
+// key, `need` of whose keys are still to take: one pass sets the bucket's keys aside.
+template <class Key, class KeyAt>
+Threshold<Key> threshold_in_bucket(uint64_t n, const KeyAt& key_at, const std::vector<uint64_t>& hist, Key digit,
+                                   uint64_t need) {
+  return narrow<Key>(bucket_keys<Key>(0, n, key_at, digit, hist[digit]), top_shift<Key>(),
+                     static_cast<Key>(digit << top_shift<Key>()), need);
+}
+
+// The indices in [begin, end), ascending, of the keys below t.key and the first `ties` equal to it, of
+// which there are `most` (more are not kept: keys changed between passes). Branch-free, capped as
+// bucket_keys.
+template <class Key, class KeyAt>
+std::vector<uint64_t> select_range(uint64_t begin, uint64_t end, const KeyAt& key_at, Key key_t, uint64_t ties,
+                                   uint64_t most) {
+  std::vector<uint64_t> out(most + kSlack + 1);
+  uint64_t m = 0;
+  for (uint64_t b = begin; b < end; b += kSlack) {
+    for (uint64_t i = b, e = std::min(end, b + kSlack); i < e; ++i) {
+      const Key key = key_at(i);
+      const bool tie = (key == key_t) & (ties != 0);
+      out[m] = i;
+      m += (key < key_t) | tie;
+      ties -= tie;
+    }
+    m = std::min(m, most);
+  }
+  out.resize(m);
+  return out;
+}
+
+// The elements of [begin, end) in buckets below `digit` (indices, ascending; `most_sure` of them, with
+// room for `room` more) and in bucket `digit` (keys and indices; `most_cand`), branch-free and capped
+// as bucket_keys.
+template <class Key>
+struct RangeSplit {
+  std::vector<uint64_t> sure;
+  std::vector<Key> cand_key;
+  std::vector<uint64_t> cand_index;
+};
+template <class Key, class KeyAt>
+RangeSplit<Key> split_range(uint64_t begin, uint64_t end, const KeyAt& key_at, Key digit, uint64_t most_sure,
+                            uint64_t most_cand, uint64_t room) {
+  constexpr int kShift = top_shift<Key>();
+  RangeSplit<Key> r;
+  r.sure.resize(most_sure + std::max(kSlack + 1, room));
+  r.cand_key.resize(most_cand + kSlack + 1);
+  r.cand_index.resize(most_cand + kSlack + 1);
+  uint64_t sure = 0, c = 0;
+  for (uint64_t b = begin; b < end; b += kSlack) {
+    for (uint64_t i = b, e = std::min(end, b + kSlack); i < e; ++i) {
+      const Key key = key_at(i);
+      const Key d = static_cast<Key>(key >> kShift);
+      r.sure[sure] = i;
+      sure += d < digit;
+      r.cand_key[c] = key;
+      r.cand_index[c] = i;
+      c += d == digit;
+    }
+    sure = std::min(sure, most_sure);
+    c = std::min(c, most_cand);
+  }
+  r.sure.resize(sure);
+  r.cand_key.resize(c);
+  r.cand_index.resize(c);
+  return r;
+}
+
+// The vectors of `parts` joined in order (the one moved, not copied, when there is one).
+template <class T>
+std::vector<T> joined(std::vector<std::vector<T>>&& parts) {
+  if (parts.size() == 1) return std::move(parts[0]);
+  std::vector<T> out;
+  std::size_t size = 0;
+  for (const std::vector<T>& p : parts) size += p.size();
+  out.reserve(size);
+  for (const std::vector<T>& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
 }
 
 }  // namespace select_internal
+
+// Runs f(p) for p = 0 .. parts - 1 one after another: select_smallest's default. A caller with threads
+// passes one that runs them side by side.
+struct RunInOrder {
+  template <class F>
+  void operator()(unsigned parts, const F& f) const {
+    for (unsigned p = 0; p < parts; ++p) f(p);
+  }
+};
 
 // The threshold of the k smallest keys among key_at(0 .. n-1); requires 1 <= k <= n. Two passes over
 // the keys, then work on the keys of one top-digit bucket.
 template <class Key, class KeyAt>
 Threshold<Key> find_threshold(uint64_t n, uint64_t k, const KeyAt& key_at) {
   using namespace select_internal;
-  const std::vector<uint64_t> hist = top_histogram<Key>(n, top_shift<Key>(), key_at);
+  const std::vector<uint64_t> hist = top_histogram<Key>(0, n, top_shift<Key>(), key_at);
   uint64_t need = k;
   const Key digit = static_cast<Key>(pick_bucket(hist, need));
   return threshold_in_bucket<Key>(n, key_at, hist, digit, need);
@@ -175,60 +261,92 @@ void for_each_selected(uint64_t n, Threshold<Key> t, const KeyAt& key_at, Emit&&
 // are merged with the rest. When the bucket is a large part of the tensor (few distinct keys), the
 // candidates' indices are not kept: a pass for the bucket's keys alone, then a third pass that
 // selects, bound the memory instead.
-template <class Key, class KeyAt>
-std::vector<uint64_t> select_smallest(uint64_t n, uint64_t k, const KeyAt& key_at) {
+//
+// The passes go over `parts` contiguous ranges of [0, n), run by `run(parts, f)` (f(p) for each p, in
+// any order or side by side; key_at must then be safe to call from several threads). Each range's
+// histogram says how many of its elements each pass keeps, and how many of the ties fall in it, so
+// the result is the same for any number of parts.
+template <class Key, class KeyAt, class Run = RunInOrder>
+std::vector<uint64_t> select_smallest(uint64_t n, uint64_t k, const KeyAt& key_at, unsigned parts = 1,
+                                      const Run& run = {}) {
   using namespace select_internal;
   constexpr int kShift = top_shift<Key>();
   k = std::min(k, n);
   std::vector<uint64_t> out;
   if (k == 0) return out;
-  out.reserve(k);
   if (k == n) {  // everything: no passes
-    for (uint64_t i = 0; i < n; ++i) out.push_back(i);
+    out.resize(n);
+    for (uint64_t i = 0; i < n; ++i) out[i] = i;
     return out;
   }
-  const std::vector<uint64_t> hist = top_histogram<Key>(n, kShift, key_at);
+  parts = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(parts, n)));
+  std::vector<uint64_t> bound(parts + 1);
+  for (unsigned p = 0; p <= parts; ++p) bound[p] = p == parts ? n : n / parts * p;
+  std::vector<std::vector<uint64_t>> hists(parts);
+  run(parts, [&](unsigned p) { hists[p] = top_histogram<Key>(bound[p], bound[p + 1], kShift, key_at); });
+  std::vector<uint64_t> hist(kBuckets, 0);
+  for (const auto& h : hists) {
+    for (std::size_t b = 0; b < kBuckets; ++b) hist[b] += h[b];
+  }
   uint64_t need = k;
   const Key digit = static_cast<Key>(pick_bucket(hist, need));
-  // The passes below write branch-free, as threshold_in_bucket does: each index is written, and kept
-  // by advancing past it, up to k, k - need and hist[digit] entries (capped as there).
+  auto below = [&](unsigned p) {  // the elements of range p in buckets below `digit`
+    uint64_t s = 0;
+    for (Key b = 0; b < digit; ++b) s += hists[p][b];
+    return s;
+  };
   if (hist[digit] > n / 8 + 1024) {
-    const Threshold<Key> t = threshold_in_bucket<Key>(n, key_at, hist, digit, need);
-    out.resize(k + kSlack + 1);
-    uint64_t m = 0, ties = t.ties;
-    for (uint64_t b = 0; b < n; b += kSlack) {  // for_each_selected, branch-free
-      for (uint64_t i = b, e = std::min(n, b + kSlack); i < e; ++i) {
-        const Key key = key_at(i);
-        const bool tie = (key == t.key) & (ties != 0);
-        out[m] = i;
-        m += (key < t.key) | tie;
-        ties -= tie;
+    std::vector<std::vector<Key>> cand(parts);
+    run(parts, [&](unsigned p) { cand[p] = bucket_keys<Key>(bound[p], bound[p + 1], key_at, digit, hists[p][digit]); });
+    std::vector<Key> all;
+    if (parts == 1) {
+      all = std::move(cand[0]);
+    } else {
+      for (const std::vector<Key>& c : cand) all.insert(all.end(), c.begin(), c.end());
+    }
+    const Threshold<Key> t = narrow<Key>(std::move(all), kShift, static_cast<Key>(digit << kShift), need);
+    // Each range's share of the ties (the first ranges' first), and its selection's size.
+    std::vector<uint64_t> ties(parts, t.ties), most(parts, k), less(parts), equal(parts);
+    if (parts > 1) {
+      run(parts, [&](unsigned p) {
+        uint64_t below_t = 0, at_t = 0;
+        for (Key c : cand[p]) {
+          below_t += c < t.key;
+          at_t += c == t.key;
+        }
+        less[p] = below_t;
+        equal[p] = at_t;
+      });
+      uint64_t ties_left = t.ties;
+      for (unsigned p = 0; p < parts; ++p) {
+        ties[p] = std::min(equal[p], ties_left);
+        ties_left -= ties[p];
+        most[p] = below(p) + less[p] + ties[p];
       }
-      m = std::min(m, k);
     }
-    out.resize(m);
-    return out;
+    std::vector<std::vector<uint64_t>> selected(parts);
+    run(parts,
+        [&](unsigned p) { selected[p] = select_range<Key>(bound[p], bound[p + 1], key_at, t.key, ties[p], most[p]); });
+    return joined(std::move(selected));
   }
-  const uint64_t most_sure = k - need, most_cand = hist[digit];
-  out.resize(most_sure + kSlack + 1);
-  std::vector<Key> cand_key(most_cand + kSlack + 1);
-  std::vector<uint64_t> cand_index(most_cand + kSlack + 1);
-  uint64_t sure = 0, c = 0;
-  for (uint64_t b = 0; b < n; b += kSlack) {
-    for (uint64_t i = b, e = std::min(n, b + kSlack); i < e; ++i) {
-      const Key key = key_at(i);
-      const Key d = static_cast<Key>(key >> kShift);
-      out[sure] = i;
-      sure += d < digit;
-      cand_key[c] = key;
-      cand_index[c] = i;
-      c += d == digit;
-    }
-    sure = std::min(sure, most_sure);
-    c = std::min(c, most_cand);
+  // One range's vectors are used as they are, its list of the sure ones with room for the candidates.
+  std::vector<RangeSplit<Key>> split(parts);
+  run(parts, [&](unsigned p) {
+    split[p] =
+        split_range<Key>(bound[p], bound[p + 1], key_at, digit, below(p), hists[p][digit], parts == 1 ? need : 0);
+  });
+  std::vector<std::vector<uint64_t>> sure_parts(parts), index_parts(parts);
+  std::vector<std::vector<Key>> key_parts(parts);
+  for (unsigned p = 0; p < parts; ++p) {
+    sure_parts[p] = std::move(split[p].sure);
+    key_parts[p] = std::move(split[p].cand_key);
+    index_parts[p] = std::move(split[p].cand_index);
   }
-  out.resize(sure);
-  cand_key.resize(c);
+  out = joined(std::move(sure_parts));
+  out.reserve(k);
+  const std::vector<Key> cand_key = joined(std::move(key_parts));
+  const std::vector<uint64_t> cand_index = joined(std::move(index_parts));
+  const uint64_t sure = out.size();
   const Threshold<Key> t = narrow<Key>(cand_key, kShift, static_cast<Key>(digit << kShift), need);
   const Key* ck = cand_key.data();
   for_each_selected(cand_key.size(), t, [ck](uint64_t j) { return ck[j]; },
