@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -36,13 +37,26 @@ void start_or_run(std::vector<std::thread>& pool, const F& f) {
 }
 
 // Runs f(k) for k = 0 .. parts - 1: 0 on the calling thread, the others on threads of their own
-// (start_or_run); returns when all are done.
+// (start_or_run); returns when all are done. An exception from any f (std::bad_alloc) is rethrown
+// here once every thread has ended, as if f had run on the calling thread: on a thread of its own it
+// would end the process.
 template <class F>
 void run_each(unsigned parts, const F& f) {
+  std::vector<std::exception_ptr> failed(parts);
+  auto guarded = [&](unsigned k) {
+    try {
+      f(k);
+    } catch (...) {
+      failed[k] = std::current_exception();
+    }
+  };
   std::vector<std::thread> pool;
-  for (unsigned k = 1; k < parts; ++k) start_or_run(pool, [&f, k] { f(k); });
-  if (parts > 0) f(0u);
+  for (unsigned k = 1; k < parts; ++k) start_or_run(pool, [&guarded, k] { guarded(k); });
+  if (parts > 0) guarded(0u);
   for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : failed) {
+    if (e) std::rethrow_exception(e);
+  }
 }
 
 // Splits [0, n) into `parts` ranges at part_begin and runs f(k, begin, end) for each, as run_each.
@@ -58,20 +72,16 @@ void run_parts(unsigned parts, uint64_t n, uint64_t align, const F& f) {
 // slower (its core shared with other work) takes fewer pieces instead of holding up the others, as a
 // fixed split would (a worker with no thread to be had runs first, here). k names the worker, for its
 // scratch: which pieces it gets depends on timing, so f's results must go where the piece, not the
-// worker, says.
+// worker, says. Exceptions as run_each's.
 template <class F>
 void run_pieces(unsigned workers, uint64_t n, uint64_t piece, const F& f) {
   const uint64_t pieces = n / piece + (n % piece != 0);
   std::atomic<uint64_t> next{0};
-  auto work = [&](unsigned k) {
+  run_each(std::max(workers, 1u), [&](unsigned k) {
     for (uint64_t p; (p = next.fetch_add(1, std::memory_order_relaxed)) < pieces;) {
       f(k, p * piece, std::min(n, (p + 1) * piece));
     }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned k = 1; k < workers; ++k) start_or_run(pool, [&work, k] { work(k); });
-  work(0u);
-  for (std::thread& th : pool) th.join();
+  });
 }
 
 }  // namespace gcz::detail

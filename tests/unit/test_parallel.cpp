@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -65,6 +66,28 @@ TEST(Parallel, RunPiecesGivesASlowWorkerFewerPieces) {
   EXPECT_EQ(by_worker[0].load() + by_worker[1].load(), static_cast<int>(pieces));
   EXPECT_EQ(by_worker[0].load(), 1);
   EXPECT_EQ(by_worker[1].load(), static_cast<int>(pieces) - 1);
+}
+
+// An exception (out of memory) from any part comes back to the caller once every thread has ended,
+// as from a call on its own thread; on a thread of its own it would have ended the process.
+TEST(Parallel, AnExceptionFromAnyPartReachesTheCaller) {
+  for (unsigned thrower : {0u, 1u, 2u}) {
+    std::atomic<int> ran{0};
+    EXPECT_THROW(detail::run_each(3,
+                                  [&](unsigned k) {
+                                    ran.fetch_add(1);
+                                    if (k == thrower) throw std::bad_alloc();
+                                  }),
+                 std::bad_alloc)
+        << thrower;
+    EXPECT_EQ(ran.load(), 3) << thrower;  // the other parts ran to the end
+    EXPECT_THROW(detail::run_pieces(3, 30, 1,
+                                    [&](unsigned, uint64_t begin, uint64_t) {
+                                      if (begin == 10 * thrower + 5) throw std::bad_alloc();
+                                    }),
+                 std::bad_alloc)
+        << thrower;
+  }
 }
 
 }  // namespace
