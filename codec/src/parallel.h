@@ -1,5 +1,6 @@
 // Internal: running the parts of one codec call on threads of their own.
 //
+//   detail::run_each(parts, [&](unsigned k) { ... });
 //   detail::run_parts(parts, n, 40, [&](unsigned k, uint64_t begin, uint64_t end) { ... });
 //   detail::run_pieces(workers, n, 65280, [&](unsigned k, uint64_t begin, uint64_t end) { ... });
 #pragma once
