@@ -221,8 +221,7 @@ Status DirectoryReader::collect_index_files() {
   files_.push_back(entry(root, path_));
   std::sort(files_.begin(), files_.end(),
             [](const DirEntryFile& a, const DirEntryFile& b) { return fs::path(a.path) < fs::path(b.path); });
-  const std::string self = entry(root, path_).path;
-  const auto index = std::find_if(files_.begin(), files_.end(), [&](const DirEntryFile& f) { return f.path == self; });
+  const auto index = std::find_if(files_.begin(), files_.end(), [&](const DirEntryFile& f) { return f.path == path_; });
   return add_shard_indexes({{static_cast<std::size_t>(index - files_.begin()), std::move(weight_map)}});
 }
 

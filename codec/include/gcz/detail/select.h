@@ -313,18 +313,15 @@ std::vector<uint64_t> select_smallest(uint64_t n, uint64_t k, const KeyAt& key_a
     return s;
   };
   // One range's vectors are used as they are, its list of the sure ones with room for the candidates.
-  std::vector<RangeSplit<Key>> split(parts);
-  run(parts, [&](unsigned p) {
-    split[p] =
-        split_range<Key>(bound[p], bound[p + 1], key_at, digit, below(p), hists[p][digit], parts == 1 ? need : 0);
-  });
   std::vector<std::vector<uint64_t>> sure_parts(parts), index_parts(parts);
   std::vector<std::vector<Key>> key_parts(parts);
-  for (unsigned p = 0; p < parts; ++p) {
-    sure_parts[p] = std::move(split[p].sure);
-    key_parts[p] = std::move(split[p].cand_key);
-    index_parts[p] = std::move(split[p].cand_index);
-  }
+  run(parts, [&](unsigned p) {
+    RangeSplit<Key> r =
+        split_range<Key>(bound[p], bound[p + 1], key_at, digit, below(p), hists[p][digit], parts == 1 ? need : 0);
+    sure_parts[p] = std::move(r.sure);
+    key_parts[p] = std::move(r.cand_key);
+    index_parts[p] = std::move(r.cand_index);
+  });
   out = joined(std::move(sure_parts), k);
   const std::vector<Key> cand_key = joined(std::move(key_parts));
   const std::vector<uint64_t> cand_index = joined(std::move(index_parts));
