@@ -2,43 +2,63 @@
 # The GPU checks, in one run on a machine with an NVIDIA GPU (e.g. an H200): builds gcz with the CUDA
 # backend for sm_90, runs the CPU/GPU parity tests (which skip without a device), checks end to end
 # that `gcz encode` and `gcz decode` write the same bytes on both backends, and measures the cast
-# codecs' throughput on both. Prints a short table; exits non-zero if a test fails or skips, or if
-# the bytes differ. Full logs go to $OUT (where set) or to the build directory.
+# codecs' throughput on both, runs the parity tests under compute-sanitizer where it works, and
+# measures how the CPU codecs scale with threads on the machine's cores. Exits non-zero if a test fails
+# or skips, or if the bytes differ. Full logs go to $OUT (where set) or to the build directory.
 # Usage: tests/gpu/device_checks.sh [build-dir]
+#        tests/gpu/device_checks.sh --prebuilt TARBALL   (made by tests/gpu/bundle.sh on a machine that
+#                                                         can build gcz: nothing is built here)
 # Meant for one call of at most 10 minutes: each step has a timeout of its own, so that a step that
 # hangs is cut short and says so, but a build from scratch plus everything else may need most of it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-build="${1:-$root/build-gpu}"
+prebuilt=""
+if [ "${1:-}" = "--prebuilt" ]; then
+  prebuilt="${2:?--prebuilt needs the tarball tests/gpu/bundle.sh made}"
+  build="$(mktemp -d)"
+else
+  build="${1:-$root/build-gpu}"
+fi
 logs="${OUT:-$build}"
 mkdir -p "$build" "$logs"
 
 echo "== device"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi failed"
+echo "$(nproc) CPU cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 
-# A bare machine may lack the libraries gcz builds against: say which before CMake fails on one.
-missing=""
-for header in hdf5.h zstd.h xxhash.h nlohmann/json.hpp CLI/CLI.hpp minizip/unzip.h gtest/gtest.h cblas.h; do
-  found=$(find /usr/include /usr/local/include -path "*/$header" -print -quit 2>/dev/null || true)
-  [ -n "$found" ] || missing="$missing $header"
-done
-if [ -n "$missing" ]; then
-  echo "cannot build here: no${missing} (Debian: libhdf5-dev libzstd-dev libxxhash-dev nlohmann-json3-dev"
-  echo "libcli11-dev libminizip-dev libgtest-dev libopenblas-dev)"
-  exit 1
+if [ -n "$prebuilt" ]; then
+  echo "== prebuilt binaries from $prebuilt"
+  tar -C "$build" -xJf "$prebuilt"
+  export LD_LIBRARY_PATH="$build/gcz-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  mkdir -p "$build/tests"
+  ln -s "$build/gcz-gpu/bin/gcz" "$build/gcz"
+  ln -s "$build/gcz-gpu/bin/gcz_tests" "$build/tests/gcz_tests"
+  echo "commit $(cat "$build/gcz-gpu/COMMIT"); $("$build/gcz" --version)"
+else
+  # A bare machine may lack the libraries gcz builds against: say which before CMake fails on one.
+  missing=""
+  for header in hdf5.h zstd.h xxhash.h nlohmann/json.hpp CLI/CLI.hpp minizip/unzip.h gtest/gtest.h cblas.h; do
+    found=$(find /usr/include /usr/local/include -path "*/$header" -print -quit 2>/dev/null || true)
+    [ -n "$found" ] || missing="$missing $header"
+  done
+  if [ -n "$missing" ]; then
+    echo "cannot build here: no${missing} (Debian: libhdf5-dev libzstd-dev libxxhash-dev nlohmann-json3-dev"
+    echo "libcli11-dev libminizip-dev libgtest-dev libopenblas-dev); build elsewhere and use --prebuilt"
+    exit 1
+  fi
+
+  echo "== build (sm_90 + PTX)"
+  timeout 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGCZ_WITH_CUDA=ON >"$logs/gpu-configure.log" 2>&1 ||
+    { tail -n 40 "$logs/gpu-configure.log"; exit 1; }
+  timeout 360 cmake --build "$build" -j "$(nproc)" --target gcz_tests gcz_cli >"$logs/gpu-build.log" 2>&1 ||
+    { tail -n 40 "$logs/gpu-build.log"; exit 1; }
 fi
-
-echo "== build (sm_90 + PTX)"
-timeout 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGCZ_WITH_CUDA=ON >"$logs/gpu-configure.log" 2>&1 ||
-  { tail -n 40 "$logs/gpu-configure.log"; exit 1; }
-timeout 360 cmake --build "$build" -j "$(nproc)" --target gcz_tests gcz_cli >"$logs/gpu-build.log" 2>&1 ||
-  { tail -n 40 "$logs/gpu-build.log"; exit 1; }
 
 echo "== CPU/GPU parity tests"
 status=0
 timeout 120 "$build/tests/gcz_tests" --gtest_filter='Cuda*' >"$logs/gpu-tests.log" 2>&1 || status=$?
-grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/gpu-tests.log" | sort | uniq -c | sort -rn | head -n 20 || true
-grep -E 'differs|Failure|no CUDA device' "$logs/gpu-tests.log" | head -n 20 || true
+grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$logs/gpu-tests.log" || true
+grep -E '^\[  FAILED  \] [A-Za-z]|differs|Failure|no CUDA device' "$logs/gpu-tests.log" | sort -u | head -n 20 || true
 if [ "$status" -ne 0 ]; then echo "parity tests failed (exit $status): $logs/gpu-tests.log"; exit 1; fi
 if grep -q '\[  SKIPPED \]' "$logs/gpu-tests.log"; then echo "GPU tests skipped: no usable device"; exit 1; fi
 
@@ -59,6 +79,37 @@ done
 
 echo "== throughput, 1 GiB synthetic float32 (GB/s of input; x memcpy = host memcpy)"
 for device in cpu cuda; do
-  timeout 90 "$build/gcz" bench --device "$device" --size-mib 1024 --repeat 5 --threads 1 -c fp16 -c bf16 |
-    tee "$logs/gpu-bench-$device.log" | tail -n 3
+  timeout 90 "$build/gcz" bench --device "$device" --size-mib 1024 --repeat 5 --threads 1 -c fp16 -c bf16 \
+    >"$logs/gpu-bench-$device.log"
+  echo "-- --device $device"
+  sed -n '/^GPU, data/,/^The rows below/p' "$logs/gpu-bench-$device.log"  # the GPU's own rates, if any
+  tail -n 3 "$logs/gpu-bench-$device.log"
 done
+
+echo "== CPU codecs on this machine's cores, 1 GiB synthetic float32 (scaling = over 1 thread)"
+threads="1,2,4"
+[ "$(nproc)" -ge 8 ] && threads="$threads,8"
+[ "$(nproc)" -ge 16 ] && threads="$threads,16"
+timeout 240 "$build/gcz" bench --device cpu --size-mib 1024 --repeat 3 --threads "$threads" \
+  -c terngrad -c qsgd -c 'topk:ratio=0.01' >"$logs/cpu-scaling.log"
+sed -n '/^yardstick/,$p' "$logs/cpu-scaling.log"
+
+echo "== compute-sanitizer memcheck of some parity tests"
+PATH="$PATH:/usr/local/cuda/bin"
+if command -v compute-sanitizer >/dev/null; then
+  status=0
+  # One source dtype per target (every kernel width: 2 -> 4, 4 -> 2, 8 -> 2 bytes), all four tests each.
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/gcz_tests" \
+    --gtest_filter='CudaBackend.*:Cuda/CudaCast.*/float16_fp32:Cuda/CudaCast.*/float32_bf16:Cuda/CudaCast.*/float64_fp16' \
+    >"$logs/gpu-memcheck.log" 2>&1 || status=$?
+  grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) ' "$logs/gpu-memcheck.log" | tail -n 3 || true
+  case "$status" in
+    0) echo "memcheck: clean" ;;
+    9) echo "memcheck found errors: $logs/gpu-memcheck.log"; exit 1 ;;
+    1) echo "parity tests failed under memcheck: $logs/gpu-memcheck.log"; exit 1 ;;
+    124) echo "memcheck: cut short after 150 s (not a finding)" ;;
+    *) echo "memcheck could not run here (exit $status): $(grep -m1 -iE 'error|not supported' "$logs/gpu-memcheck.log")" ;;
+  esac
+else
+  echo "compute-sanitizer: not on this machine"
+fi
