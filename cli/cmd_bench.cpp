@@ -31,14 +31,33 @@ json bench_json(const BenchResult& r, int repeats, bool synthetic) {
                     {"encode_gbps", row.encode_gbps},
                     {"decode_gbps", row.decode_gbps}});
   }
+  json device_kernels = json::array();
+  for (const DeviceKernelRate& k : r.device_kernels) {
+    device_kernels.push_back({{"name", k.name}, {"elements", k.elements}, {"gbps", k.gbps}});
+  }
   return {{"input_bytes", r.input_bytes},
           {"tensors", r.tensors},
           {"synthetic", synthetic},
           {"backend", std::string(backend_name(r.backend))},
+          {"cpu_code", r.cpu_avx2 ? "avx2" : "portable"},
           {"repeats", repeats},
           {"memcpy_gbps", r.memcpy_gbps},
           {"yardsticks", std::move(yardsticks)},
+          {"device_kernels", std::move(device_kernels)},
           {"rows", std::move(rows)}};
+}
+
+// The GPU's rates on its own memory: the device copy first, which 'x copy' divides by.
+void print_device_kernels(const std::vector<DeviceKernelRate>& kernels) {
+  std::printf(
+      "\nGPU, data already on the device (%s of float32; GB/s counts bytes read + written; median of the "
+      "runs)\n",
+      human_bytes(kernels.front().elements * 4).c_str());
+  std::printf("%-34s %12s %8s\n", "kernel", "GB/s", "x copy");
+  for (const DeviceKernelRate& k : kernels) {
+    std::printf("%-34s %12.1f %8.2f\n", k.name.c_str(), k.gbps, k.gbps / kernels.front().gbps);
+  }
+  std::printf("The rows below count host-resident input bytes (each chunk crosses the bus and back).\n");
 }
 
 // Prints the tables as run_bench reports progress: the data and yardsticks first, then each new row.
@@ -53,6 +72,8 @@ struct TablePrinter {
       std::printf("data: %s in %llu tensor(s)%s, backend %s, best of %d timed runs after a warm-up\n",
                   human_bytes(r.input_bytes).c_str(), static_cast<unsigned long long>(r.tensors),
                   synthetic ? " (synthetic float32)" : "", std::string(backend_name(r.backend)).c_str(), repeats);
+      std::printf("CPU code: %s\n", r.cpu_avx2 ? "AVX2 paths (AVX2, FMA and F16C found)"
+                                               : "portable paths (no AVX2, FMA or F16C: slower, the same bits)");
       std::printf("memcpy (1 thread): %.2f GB/s\n\n", r.memcpy_gbps);
       std::printf("%-34s %7s %12s %8s %12s %8s\n", "yardstick", "threads", "memcpy GB/s", "scaling", "read GB/s",
                   "scaling");
@@ -64,6 +85,7 @@ struct TablePrinter {
         std::printf("%-34s %7u %12.2f %8.2f %12.2f %8.2f\n", "machine (the same bytes)", y.threads, y.memcpy_gbps,
                     y.memcpy_gbps / base->memcpy_gbps, y.read_gbps, y.read_gbps / base->read_gbps);
       }
+      if (!r.device_kernels.empty()) print_device_kernels(r.device_kernels);
       std::printf("\n%-34s %7s %7s %12s %9s %8s %12s %9s %8s\n", "codec", "threads", "ratio", "encode GB/s",
                   "x memcpy", "scaling", "decode GB/s", "x memcpy", "scaling");
     }

@@ -3,6 +3,7 @@
 target_sources(gcz PRIVATE
   kernels/cast.cu
   kernels/cuda_cast_codec.cpp
+  kernels/cuda_kernel_rates.cu
   kernels/cuda_runtime.cu)
 
 # Whole-program compilation (no device link step), the static runtime, C++20 like the host code (the CUDA

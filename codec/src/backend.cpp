@@ -1,5 +1,7 @@
 #include "gcz/backend.h"
 
+#include <string>
+
 #include "cuda_hooks.h"
 
 namespace gcz {
@@ -22,6 +24,15 @@ bool built_with_cuda() {
 }
 
 Status cuda_status() { return cuda::device_status(); }
+
+Result<std::vector<DeviceKernelRate>> cuda_kernel_rates(uint64_t max_n, int repeats) {
+  if (max_n == 0) return invalid_argument("cuda_kernel_rates: no elements to time");
+  if (repeats < 1) {
+    return invalid_argument("cuda_kernel_rates: repeats must be at least 1, got " + std::to_string(repeats));
+  }
+  GCZ_RETURN_IF_ERROR(cuda::device_status());
+  return cuda::kernel_rates(max_n, repeats);
+}
 
 Result<Backend> resolve_backend(DeviceRequest request) {
   switch (request) {

@@ -4,7 +4,9 @@
 
 #include <memory>
 #include <string_view>
+#include <vector>
 
+#include "gcz/backend.h"
 #include "gcz/codec.h"
 
 namespace gcz::cuda {
@@ -13,5 +15,7 @@ namespace gcz::cuda {
 Status device_status();
 // The CUDA implementation of codec `name`, or kUnsupported when it has none.
 Result<std::unique_ptr<Codec>> make_codec(std::string_view name, const Params& params);
+// gcz::cuda_kernel_rates, called once max_n >= 1, repeats >= 1 and the device are checked.
+Result<std::vector<DeviceKernelRate>> kernel_rates(uint64_t max_n, int repeats);
 
 }  // namespace gcz::cuda

@@ -9,4 +9,6 @@ Status device_status() {
 
 Result<std::unique_ptr<Codec>> make_codec(std::string_view, const Params&) { return device_status(); }
 
+Result<std::vector<DeviceKernelRate>> kernel_rates(uint64_t, int) { return device_status(); }
+
 }  // namespace gcz::cuda

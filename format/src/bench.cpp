@@ -14,6 +14,7 @@
 #include <system_error>
 #include <thread>
 
+#include "cpu_features.h"
 #include "file_util.h"
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
@@ -351,6 +352,7 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
   }
   BenchResult result;
   GCZ_ASSIGN_OR_RETURN(result.backend, resolve_backend(options.device));
+  result.cpu_avx2 = detail::cpu_has_avx2();
   for (const std::string& spec : specs) {
     GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, check_encoding_plan(spec));
     if (result.backend != Backend::kCpu) {
@@ -399,6 +401,11 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
     result.yardsticks.push_back(y);
   }
   result.memcpy_gbps = result.yardsticks[0].memcpy_gbps;
+  if (result.backend == Backend::kCuda) {
+    auto rates = cuda_kernel_rates(kBenchDeviceElements, options.repeats);
+    if (!rates) return rates.status().with_context("timing the GPU's kernels");
+    result.device_kernels = std::move(*rates);
+  }
   if (options.progress) options.progress(result);
 
   for (const std::string& spec : specs) {

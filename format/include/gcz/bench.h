@@ -51,6 +51,9 @@ struct BenchYardstick {
   double read_gbps = 0;
 };
 
+// The float32 elements the GPU's own rates are measured on (1 GiB, many times its L2 cache).
+inline constexpr uint64_t kBenchDeviceElements = uint64_t{1} << 28;
+
 struct BenchResult {
   uint64_t input_bytes = 0;
   uint64_t tensors = 0;
@@ -58,6 +61,9 @@ struct BenchResult {
   std::vector<unsigned> row_threads;       // each spec's rows' thread counts, in order
   std::vector<BenchYardstick> yardsticks;  // for 1 and each thread count of the rows, ascending
   Backend backend = Backend::kCpu;
+  bool cpu_avx2 = false;  // whether the CPU code ran its AVX2 paths (else the portable ones): same bits
+  // On the CUDA backend: cuda_kernel_rates(kBenchDeviceElements, repeats), the device copy first.
+  std::vector<DeviceKernelRate> device_kernels;
   std::vector<BenchRow> rows;
 };
 
@@ -70,7 +76,8 @@ uint64_t bench_max_synthetic_bytes();
 // on each thread count (element-wise codecs split every tensor into one piece per thread; a tensor
 // the codec does not suit goes to its fallback, as gcz encode would) and times it against a
 // single-threaded memcpy of the same bytes. Rows come per spec, then per distinct thread count in
-// the order given (a GPU backend has one row per spec, threads 1). The yardsticks are measured first.
+// the order given (a GPU backend has one row per spec, threads 1). The yardsticks are measured first,
+// and on a GPU backend the device's own rates with them.
 // Errors: kInvalidArgument for repeats < 1, no or out-of-range thread counts, synthetic data larger
 // than bench_max_synthetic_bytes(), a spec that does not
 // parse or make its codec on the backend, and inputs with no elements (all before anything is
