@@ -16,8 +16,10 @@
 namespace gcz::cuda {
 
 // Queues on `stream` the conversion of n elements of dtype `from` at device pointer d_src into dtype `to`
-// at device pointer d_dst (equal dtypes: a device-to-device copy). The ranges must not overlap. Returns
-// the launch error, if any; errors raised while the kernel runs surface at the next synchronisation.
+// at device pointer d_dst (equal dtypes: a device-to-device copy). The ranges must not overlap, and each
+// pointer must be aligned to 256 bytes (cudaMalloc's are). Returns the launch error, if
+// any (kInternal for a null or misaligned pointer); errors raised while the kernel runs surface at the
+// next synchronisation.
 Status launch_convert(DType from, const void* d_src, DType to, void* d_dst, uint64_t n, cudaStream_t stream);
 
 }  // namespace gcz::cuda

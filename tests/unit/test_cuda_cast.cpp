@@ -270,6 +270,46 @@ TEST_P(CudaCast, CodecsOnSeveralThreadsMatchCpu) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
 }
 
+// Every float32 bit pattern, narrowed to float16 and bfloat16 by both backends, and every float16 and
+// bfloat16 pattern widened back: the kernels are free to compute a conversion their own way (the
+// float16 narrowing uses the device's conversion instruction for all but NaN), so all of them are
+// compared, not a sample. About 16 GiB go through each backend in 256 MiB chunks.
+TEST(CudaExhaustive, EveryBitPatternConvertsAsOnTheCpu) {
+  const Status device = cuda_status();
+  if (!device) GTEST_SKIP() << "no CUDA device: " << device.message();
+  for (const std::string name : {"fp16", "bf16"}) {
+    SCOPED_TRACE(name);
+    auto cpu = make_codec(name, {}, Backend::kCpu);
+    auto gpu = make_codec(name, {}, Backend::kCuda);
+    ASSERT_TRUE(cpu && gpu);
+    constexpr uint64_t kChunk = uint64_t{1} << 26;
+    const TensorInfo info{"grad", DType::kFloat32, {kChunk}};
+    std::vector<uint32_t> bits(kChunk);
+    std::vector<ByteBuffer> cpu_out(1), gpu_out(1);
+    for (uint64_t first = 0; first < (uint64_t{1} << 32); first += kChunk) {
+      for (uint64_t i = 0; i < kChunk; ++i) bits[i] = static_cast<uint32_t>(first + i);
+      cpu_out[0].clear();
+      gpu_out[0].clear();
+      ASSERT_TRUE((*cpu)->encode(info, bits.data(), 0, kChunk, cpu_out));
+      const Status gs = (*gpu)->encode(info, bits.data(), 0, kChunk, gpu_out);
+      ASSERT_TRUE(gs) << gs.message();
+      ASSERT_EQ(cpu_out[0].size(), kChunk * 2);
+      if (cpu_out[0] != gpu_out[0]) {
+        FAIL() << "from 0x" << std::hex << first << ": " << first_difference(cpu_out[0], gpu_out[0], 2);
+      }
+    }
+    // Decoding widens every stored 16-bit pattern to float32.
+    ByteBuffer stream(uint64_t{1} << 17);
+    for (uint32_t h = 0; h < (1u << 16); ++h) std::memcpy(stream.data() + 2 * h, &h, 2);
+    const TensorInfo wide{"grad", DType::kFloat32, {uint64_t{1} << 16}};
+    const std::vector<ByteSpan> in = {ByteSpan(stream)};
+    ByteBuffer cpu_dst(uint64_t{1} << 18, std::byte{0xEE}), gpu_dst(cpu_dst.size(), std::byte{0x11});
+    ASSERT_TRUE((*cpu)->decode(wide, in, 0, uint64_t{1} << 16, cpu_dst.data()));
+    ASSERT_TRUE((*gpu)->decode(wide, in, 0, uint64_t{1} << 16, gpu_dst.data()));
+    EXPECT_EQ(first_difference(cpu_dst, gpu_dst, 4), "");
+  }
+}
+
 std::string case_name(const ::testing::TestParamInfo<CastCase>& info) {
   const auto& [dtype, name] = info.param;
   return std::string(dtype_name(dtype)) + "_" + name;
@@ -296,6 +336,37 @@ TEST(CudaBackend, MakeCodecAgreesWithDeviceStatus) {
     auto resolved = resolve_backend(DeviceRequest::kAuto);
     ASSERT_TRUE(resolved);
     EXPECT_EQ(*resolved, Backend::kCpu);
+  }
+}
+
+// Runs everywhere: bad arguments are refused first, then a missing device; with a device, every
+// operation is timed over the elements asked for, at a rate a GPU can reach.
+TEST(CudaBackend, KernelRatesTimeEveryOperation) {
+  auto none = cuda_kernel_rates(0, 3);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  auto no_repeats = cuda_kernel_rates(1 << 22, 0);
+  ASSERT_FALSE(no_repeats);
+  EXPECT_EQ(no_repeats.status().code(), StatusCode::kInvalidArgument);
+
+  const Status s = cuda_status();
+  auto rates = cuda_kernel_rates(uint64_t{1} << 22, 3);
+  if (!s) {
+    ASSERT_FALSE(rates);
+    EXPECT_EQ(rates.status().code(), StatusCode::kDeviceError);
+    EXPECT_EQ(rates.status().message(), s.message());
+    return;
+  }
+  ASSERT_TRUE(rates) << rates.status().message();
+  const std::vector<std::string> names = {"device copy", "fp32 -> fp16", "fp32 -> bf16", "fp16 -> fp32",
+                                          "bf16 -> fp32"};
+  ASSERT_EQ(rates->size(), names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ((*rates)[i].name, names[i]);
+    EXPECT_EQ((*rates)[i].elements, uint64_t{1} << 22);
+    // 1 GB/s to 100 TB/s: any GPU, and no time of zero or a launch that did nothing.
+    EXPECT_GT((*rates)[i].gbps, 1.0) << names[i];
+    EXPECT_LT((*rates)[i].gbps, 1e5) << names[i];
   }
 }
 
