@@ -76,6 +76,22 @@ TEST(RandomK, IndicesAreTheSmallestKeysTiesToTheLowerIndex) {
   }
 }
 
+// Past 2^19 elements the draws split over threads (contiguous ranges of at least 2^18, joined in
+// order): the same indices for any thread count, on the path that keeps only the keys below a bound
+// (small k) and on the one that draws every key (k > n/4 or so).
+TEST(RandomK, IndicesDoNotDependOnTheThreadCount) {
+  const uint64_t n = (uint64_t{1} << 20) + 12345;
+  const CodecContext ctx{2024, tensor_key("big")};
+  for (uint64_t k : {uint64_t{1}, uint64_t{1000}, n / 7, n / 3, n / 2, n - 1}) {
+    const std::vector<uint64_t> one = codecs::select_random_k(ctx, n, k, 1);
+    ASSERT_EQ(one.size(), k);
+    if (k == 1000 || k == n / 3) EXPECT_EQ(one, reference_random_k(2024, "big", n, k)) << k;
+    for (unsigned threads : {2u, 3u, 7u}) {
+      EXPECT_EQ(codecs::select_random_k(ctx, n, k, threads), one) << "k " << k << ", threads " << threads;
+    }
+  }
+}
+
 TEST(RandomK, SameSeedSameIndicesInEncodeAndDecode) {
   const uint64_t n = 5000;
   const std::vector<double> x = normal_values(n, 1);  // no zeros, so the kept ones are the nonzero ones

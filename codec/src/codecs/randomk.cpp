@@ -7,40 +7,65 @@
 #include "codecs/quant_uniforms.h"
 #include "gcz/detail/philox.h"
 #include "gcz/detail/select.h"
+#include "parallel.h"
 
 namespace gcz::codecs {
 
 namespace {
+
+constexpr uint64_t kSpan = 4096;  // keys drawn per step: a buffer that stays in L1
+// Elements per thread at least: fewer draws than this take less time than starting a thread.
+constexpr uint64_t kMinPart = uint64_t{1} << 18;
 
 // Writes the keys of elements [first, first + count) to out: their 32-bit draws.
 void draw_keys(const CodecContext& context, uint64_t first, uint64_t count, uint32_t* out) {
   detail::fill_draws32(context.seed, context.tensor_key, detail::kStreamRandomK, first, count, out);
 }
 
+// The keys below `bound` of elements [begin, end), in index order, with their indices.
+struct Candidates {
+  std::vector<uint32_t> keys;
+  std::vector<uint64_t> index;
+};
+
+void find_candidates(const CodecContext& context, uint64_t begin, uint64_t end, uint32_t bound, double fraction,
+                     Candidates& found) {
+  const std::size_t expect = static_cast<std::size_t>(fraction * static_cast<double>(end - begin) * 1.25) + 64;
+  found.keys.reserve(expect);
+  found.index.reserve(expect);
+  uint32_t keys[kSpan];
+  for (uint64_t first = begin; first < end; first += kSpan) {
+    const uint64_t count = std::min(kSpan, end - first);
+    draw_keys(context, first, count, keys);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (keys[i] < bound) {
+        found.keys.push_back(keys[i]);
+        found.index.push_back(first + i);
+      }
+    }
+  }
+}
+
 // The keys are uniform, so the k smallest almost surely lie below a bound some standard deviations
-// above the k/n quantile. Only the keys below it are kept, with their indices, in one pass; the exact
-// selection then runs on those few. Returns nothing in the (about 1e-15) case that fewer than k keys
-// fall below the bound, or when k/n is too large for the shortcut to pay.
-std::optional<std::vector<uint64_t>> select_below_bound(const CodecContext& context, uint64_t n, uint64_t k) {
+// above the k/n quantile. Only the keys below it are kept, with their indices, in one pass (over
+// contiguous ranges on `parts` threads, joined in order); the exact selection then runs on those few.
+// Returns nothing in the (about 1e-15) case that fewer than k keys fall below the bound, or when k/n
+// is too large for the shortcut to pay.
+std::optional<std::vector<uint64_t>> select_below_bound(const CodecContext& context, uint64_t n, uint64_t k,
+                                                        unsigned parts) {
   const double kd = static_cast<double>(k);
   const double fraction = (kd + 8.0 * std::sqrt(kd) + 16.0) / static_cast<double>(n);
   if (fraction > 0.25) return std::nullopt;
   const uint32_t bound = static_cast<uint32_t>(fraction * 4294967296.0);
-  std::vector<uint32_t> cand_keys;
-  std::vector<uint64_t> cand_index;
-  cand_keys.reserve(static_cast<std::size_t>(fraction * static_cast<double>(n) * 1.25) + 64);
-  cand_index.reserve(cand_keys.capacity());
-  constexpr uint64_t kSpan = 4096;  // keys drawn per step: a buffer that stays in L1
-  uint32_t keys[kSpan];
-  for (uint64_t first = 0; first < n; first += kSpan) {
-    const uint64_t count = std::min(kSpan, n - first);
-    draw_keys(context, first, count, keys);
-    for (uint64_t i = 0; i < count; ++i) {
-      if (keys[i] < bound) {
-        cand_keys.push_back(keys[i]);
-        cand_index.push_back(first + i);
-      }
-    }
+  std::vector<Candidates> found(parts);
+  detail::run_parts(parts, n, kSpan, [&](unsigned p, uint64_t begin, uint64_t end) {
+    find_candidates(context, begin, end, bound, fraction, found[p]);
+  });
+  std::vector<uint32_t> cand_keys = std::move(found[0].keys);
+  std::vector<uint64_t> cand_index = std::move(found[0].index);
+  for (unsigned p = 1; p < parts; ++p) {
+    cand_keys.insert(cand_keys.end(), found[p].keys.begin(), found[p].keys.end());
+    cand_index.insert(cand_index.end(), found[p].index.begin(), found[p].index.end());
   }
   if (cand_keys.size() < k) return std::nullopt;
   // Every key <= the k-th smallest is below the bound, so it is a candidate, in index order.
@@ -55,15 +80,20 @@ std::optional<std::vector<uint64_t>> select_below_bound(const CodecContext& cont
 
 }  // namespace
 
-std::vector<uint64_t> select_random_k(const CodecContext& context, uint64_t n, uint64_t k) {
+std::vector<uint64_t> select_random_k(const CodecContext& context, uint64_t n, uint64_t k, unsigned threads) {
   k = std::min(k, n);
   if (k == n) return detail::select_smallest<uint32_t>(n, k, [](uint64_t) { return uint32_t{0}; });
-  if (auto fast = select_below_bound(context, n, k)) return std::move(*fast);
+  const unsigned parts = detail::parts_for(threads, n, kMinPart);
+  if (auto fast = select_below_bound(context, n, k, parts)) return std::move(*fast);
   // The general path: every key drawn once, then the shared selection.
   std::vector<uint32_t> keys(n);
-  draw_keys(context, 0, n, keys.data());
+  detail::run_parts(parts, n, kSpan, [&](unsigned, uint64_t begin, uint64_t end) {
+    draw_keys(context, begin, end - begin, keys.data() + begin);
+  });
   const uint32_t* key = keys.data();
-  return detail::select_smallest<uint32_t>(n, k, [key](uint64_t i) { return key[i]; });
+  const auto run = [](unsigned count, const auto& f) { detail::run_each(count, f); };
+  return detail::select_smallest<uint32_t>(
+      n, k, [key](uint64_t i) { return key[i]; }, parts, run);
 }
 
 float randomk_scale(uint64_t n, uint64_t k, bool unbiased) {
@@ -92,7 +122,7 @@ Status RandomKCodec::encode(const TensorInfo& t, const void* src, uint64_t first
   if (out.size() != values_.stream_count()) return internal_error("randomk: wrong number of output streams");
   if (n == 0) return Status::ok();
   const uint64_t k = count_.k(n);
-  const std::vector<uint64_t> idx = select_random_k(context_, n, k);
+  const std::vector<uint64_t> idx = select_random_k(context_, n, k, threads());
   const std::vector<float> values = gather_values(t.dtype, src, idx, randomk_scale(n, k, unbiased_));
   return values_.encode({k}, values.data(), out.data(), context_).with_context("randomk");
 }
@@ -110,7 +140,7 @@ Status RandomKCodec::decode(const TensorInfo& t, const std::vector<ByteSpan>& in
   const uint64_t k = count_.k(n);
   std::vector<float> values(k);
   GCZ_RETURN_IF_ERROR(values_.decode({k}, in.data(), values.data(), context_).with_context("randomk"));
-  scatter_values(t.dtype, select_random_k(context_, n, k), values.data(), n, dst);
+  scatter_values(t.dtype, select_random_k(context_, n, k, threads()), values.data(), n, dst);
   return Status::ok();
 }
 

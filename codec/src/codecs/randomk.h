@@ -38,8 +38,9 @@ class RandomKCodec : public Codec {
 };
 
 // The indices, ascending, of the k smallest draws Rng(seed, tensor_key, kStreamRandomK).bits(i) over
-// i < n, ties to the lower index.
-std::vector<uint64_t> select_random_k(const CodecContext& context, uint64_t n, uint64_t k);
+// i < n, ties to the lower index. The draws and the selection go on up to `threads` threads; the
+// result does not depend on it.
+std::vector<uint64_t> select_random_k(const CodecContext& context, uint64_t n, uint64_t k, unsigned threads = 1);
 
 // The scale applied to kept values: float32(n / k) with the division in float64 (unbiased), or 1.
 float randomk_scale(uint64_t n, uint64_t k, bool unbiased);
