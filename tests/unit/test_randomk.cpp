@@ -2,8 +2,6 @@
 // full sort), the decoder draws the same ones from (seed, tensor key), they differ across tensors and
 // seeds, each index is chosen with frequency k/n, scale=unbiased is unbiased, plus edge cases and a
 // file round trip.
-#include "codecs/randomk.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +10,8 @@
 #include <numeric>
 #include <random>
 
+#include "codecs/randomk.h"
+#include "cpu_features.h"
 #include "gcz/detail/philox.h"
 #include "sparse_test_util.h"
 
@@ -78,17 +78,22 @@ TEST(RandomK, IndicesAreTheSmallestKeysTiesToTheLowerIndex) {
 
 // Past 2^19 elements the draws split over threads (contiguous ranges of at least 2^18, joined in
 // order): the same indices for any thread count, on the path that keeps only the keys below a bound
-// (small k) and on the one that draws every key (k > n/4 or so).
-TEST(RandomK, IndicesDoNotDependOnTheThreadCount) {
+// (small k; its AVX2 filter and the portable one) and on the one that draws every key (k > n/4 or so).
+TEST(RandomK, IndicesDoNotDependOnTheThreadCountOrTheCodePath) {
   const uint64_t n = (uint64_t{1} << 20) + 12345;
   const CodecContext ctx{2024, tensor_key("big")};
   for (uint64_t k : {uint64_t{1}, uint64_t{1000}, n / 7, n / 3, n / 2, n - 1}) {
     const std::vector<uint64_t> one = codecs::select_random_k(ctx, n, k, 1);
     ASSERT_EQ(one.size(), k);
     if (k == 1000 || k == n / 3) EXPECT_EQ(one, reference_random_k(2024, "big", n, k)) << k;
-    for (unsigned threads : {2u, 3u, 7u}) {
-      EXPECT_EQ(codecs::select_random_k(ctx, n, k, threads), one) << "k " << k << ", threads " << threads;
+    for (bool vec : {false, true}) {
+      detail::allow_avx2_for_testing(vec);
+      for (unsigned threads : {1u, 2u, 3u, 7u}) {
+        EXPECT_EQ(codecs::select_random_k(ctx, n, k, threads), one)
+            << "k " << k << ", threads " << threads << ", vector path " << vec;
+      }
     }
+    detail::allow_avx2_for_testing(true);
   }
 }
 
