@@ -13,12 +13,13 @@ namespace gcz::cuda {
 namespace {
 
 // Fewer elements than this do not fill the GPU for long enough to time: refuse rather than mislead.
-constexpr uint64_t kMinElements = uint64_t{1} << 21;
+constexpr uint64_t kMinElements = kMinKernelRateElements;
 constexpr unsigned kFillThreads = 256;
 constexpr unsigned kFillBlocks = 4096;
 
-// Gradient-like values without a host round trip: element i is a hash of i scaled to a magnitude
-// between 2^-24 and 2^-4, of either sign, never zero (zeros can run faster than real data do).
+// Gradient-like values without a host round trip: element i is a hash of i made a magnitude between
+// 2^-47 and 2^-4 (its exponent spread evenly over 2^-24 .. 2^-4), of either sign, never zero (zeros
+// can run faster than real data do).
 __global__ void fill_kernel(float* d, uint64_t n) {
   const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
   for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {

@@ -26,7 +26,10 @@ bool built_with_cuda() {
 Status cuda_status() { return cuda::device_status(); }
 
 Result<std::vector<DeviceKernelRate>> cuda_kernel_rates(uint64_t max_n, int repeats) {
-  if (max_n == 0) return invalid_argument("cuda_kernel_rates: no elements to time");
+  if (max_n < kMinKernelRateElements) {
+    return invalid_argument("cuda_kernel_rates: " + std::to_string(max_n) + " elements are too few to time; at least " +
+                            std::to_string(kMinKernelRateElements));
+  }
   if (repeats < 1) {
     return invalid_argument("cuda_kernel_rates: repeats must be at least 1, got " + std::to_string(repeats));
   }

@@ -27,7 +27,7 @@ ldd "$build/gcz" "$build/tests/gcz_tests" | awk '$2 == "=>" && $3 ~ /^\// {print
       *) cp -L "$path" "$stage/gcz-gpu/lib/$soname" ;;
     esac
   done
-git -C "$root" rev-parse HEAD >"$stage/gcz-gpu/COMMIT" 2>/dev/null || echo unknown >"$stage/gcz-gpu/COMMIT"
+git -C "$root" describe --always --dirty >"$stage/gcz-gpu/COMMIT" 2>/dev/null || echo unknown >"$stage/gcz-gpu/COMMIT"
 mkdir -p "$(dirname "$tarball")"
 tar -C "$stage" -cJf "$tarball" gcz-gpu
-echo "$tarball: $(du -h "$tarball" | cut -f1), $(ls "$stage/gcz-gpu/lib" | wc -l) libraries, commit $(cut -c1-7 "$stage/gcz-gpu/COMMIT")"
+echo "$tarball: $(du -h "$tarball" | cut -f1), $(ls "$stage/gcz-gpu/lib" | wc -l) libraries, commit $(cat "$stage/gcz-gpu/COMMIT")"

@@ -342,9 +342,11 @@ TEST(CudaBackend, MakeCodecAgreesWithDeviceStatus) {
 // Runs everywhere: bad arguments are refused first, then a missing device; with a device, every
 // operation is timed over the elements asked for, at a rate a GPU can reach.
 TEST(CudaBackend, KernelRatesTimeEveryOperation) {
-  auto none = cuda_kernel_rates(0, 3);
-  ASSERT_FALSE(none);
-  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  for (uint64_t few : {uint64_t{0}, kMinKernelRateElements - 1}) {
+    auto none = cuda_kernel_rates(few, 3);
+    ASSERT_FALSE(none);
+    EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  }
   auto no_repeats = cuda_kernel_rates(1 << 22, 0);
   ASSERT_FALSE(no_repeats);
   EXPECT_EQ(no_repeats.status().code(), StatusCode::kInvalidArgument);

@@ -39,8 +39,10 @@ struct DeviceKernelRate {
 // cast codecs run (float32 to float16 and bfloat16, and back) on the same elements: synthetic,
 // gradient-like values resident on the device, each operation timed with CUDA events, the median of
 // `repeats` runs after a warm-up. The elements are max_n, or fewer where 12 bytes each would take
-// more than half the device's free memory. Errors: kInvalidArgument for max_n = 0 or repeats < 1;
-// kDeviceError without a usable device or with less than 48 MiB of its memory free.
+// more than half the device's free memory. Errors: kInvalidArgument for max_n below
+// kMinKernelRateElements (too short a run to time) or repeats < 1; kDeviceError without a usable
+// device or where fewer than kMinKernelRateElements fit (less than 48 MiB free).
+inline constexpr uint64_t kMinKernelRateElements = uint64_t{1} << 21;
 Result<std::vector<DeviceKernelRate>> cuda_kernel_rates(uint64_t max_n, int repeats);
 
 }  // namespace gcz
