@@ -267,7 +267,7 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
       ->capture_default_str();
   app.add_option("--threads", a.threads,
                  "CPU threads (element-wise codecs, tensor-scale terngrad, Top-K's selection, Random-K's draws, "
-                 "PowerSGD's decode, error measurement), 0.." +
+                 "PowerSGD's products, error measurement), 0.." +
                      std::to_string(kMaxThreads) + "; 0 = one per core. The output is the same for any count")
       ->check(whole_number(kMaxThreads))
       ->capture_default_str();

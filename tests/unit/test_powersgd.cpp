@@ -505,6 +505,23 @@ TEST(PowerSgd, DeterministicAndSeeded) {
   EXPECT_NE(a, encode(*make("powersgd:rank=2,iters=3"), t, x.data(), 2));
 }
 
+// The encode's products go over groups of rows that depend on the shape alone (one per 256 rows, at
+// most 16), on the codec's threads: the same factors for any thread count, on one group and on many,
+// tall and wide.
+TEST(PowerSgd, EncodeDoesNotDependOnTheThreadCount) {
+  for (const auto& [n, m] : {std::pair<uint64_t, uint64_t>{300, 40}, {1000, 77}, {4500, 64}, {520, 3000}}) {
+    const Matrix x = gaussian(n * m, 21);
+    const TensorInfo t{"w", DType::kFloat32, {n, m}};
+    auto one = make("powersgd:rank=5,iters=2");
+    const auto want = encode(*one, t, x.data());
+    for (unsigned threads : {2u, 3u, 16u}) {
+      auto c = make("powersgd:rank=5,iters=2");
+      c->set_threads(threads);
+      EXPECT_EQ(encode(*c, t, x.data()), want) << n << " x " << m << ", threads " << threads;
+    }
+  }
+}
+
 TEST(PowerSgd, GaussianStartHasUnitVariance) {
   const detail::Rng rng(3, 4, detail::kStreamPowerSgdInit);
   double s = 0, s2 = 0;

@@ -225,16 +225,52 @@ void orthonormalize(std::vector<float>& p, uint64_t n, uint64_t r, std::vector<d
   }
 }
 
+// The GEMMs go over groups of W's rows, one BLAS call per group, the groups on the codec's threads.
+// How many groups depends on the shape alone, so the factors are the same for any thread count:
+// one per kGroupRows rows, at most kMostGroups, and few enough that the groups' partial Wᵀ·P (m × r
+// each, added in group order) take at most kMostPartialBytes.
+constexpr uint64_t kGroupRows = 256;
+constexpr uint64_t kMostGroups = 16;
+constexpr uint64_t kMostPartialBytes = uint64_t{64} << 20;
+
+uint64_t gemm_groups(Dims d, uint64_t r) {
+  const uint64_t by_rows = std::clamp<uint64_t>(d.n / kGroupRows, 1, kMostGroups);
+  const uint64_t by_memory = std::max<uint64_t>(1, kMostPartialBytes / (d.m * r * sizeof(float)));
+  return std::min(by_rows, by_memory);
+}
+
 // `iters` power iterations from q (m × r): P = W·Q, orthonormalize P, Q = Wᵀ·P. All row-major.
-void power_iterate(const float* w, Dims d, uint64_t r, int64_t iters, std::vector<float>& p,
-                   std::vector<float>& q) {
-  const int n = static_cast<int>(d.n), m = static_cast<int>(d.m), ri = static_cast<int>(r);
+void power_iterate(const float* w, Dims d, uint64_t r, int64_t iters, std::vector<float>& p, std::vector<float>& q,
+                   unsigned threads) {
+  const int m = static_cast<int>(d.m), ri = static_cast<int>(r);
+  const uint64_t groups = gemm_groups(d, r);
+  auto group_rows = [&](uint64_t g) { return detail::part_begin(static_cast<unsigned>(groups), d.n, 1, g); };
+  const unsigned workers = static_cast<unsigned>(std::min<uint64_t>(std::max(threads, 1u), groups));
   p.resize(d.n * r);
+  std::vector<float> partial(groups > 1 ? groups * d.m * r : 0);
   std::vector<double> cols;
   for (int64_t it = 0; it < iters; ++it) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, ri, m, 1.0f, w, m, q.data(), ri, 0.0f, p.data(), ri);
+    detail::run_pieces(workers, groups, 1, [&](unsigned, uint64_t g, uint64_t) {
+      const uint64_t begin = group_rows(g);
+      const int rows = static_cast<int>(group_rows(g + 1) - begin);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, ri, m, 1.0f, w + begin * d.m, m, q.data(), ri, 0.0f,
+                  p.data() + begin * r, ri);
+    });
     orthonormalize(p, d.n, r, cols);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, ri, n, 1.0f, w, m, p.data(), ri, 0.0f, q.data(), ri);
+    detail::run_pieces(workers, groups, 1, [&](unsigned, uint64_t g, uint64_t) {
+      const uint64_t begin = group_rows(g);
+      const int rows = static_cast<int>(group_rows(g + 1) - begin);
+      float* out = groups > 1 ? partial.data() + g * d.m * r : q.data();
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, ri, rows, 1.0f, w + begin * d.m, m, p.data() + begin * r,
+                  ri, 0.0f, out, ri);
+    });
+    if (groups > 1) {
+      std::copy(partial.begin(), partial.begin() + d.m * r, q.begin());
+      for (uint64_t g = 1; g < groups; ++g) {
+        const float* add = partial.data() + g * d.m * r;
+        for (uint64_t j = 0; j < d.m * r; ++j) q[j] = q[j] + add[j];
+      }
+    }
   }
 }
 
@@ -410,7 +446,7 @@ class PowerSgdCodec final : public Codec {
     int e = 0;
     const float* w = working_matrix(t.dtype, src, count, buf, e);
     std::vector<float> q = start_q(d.m);
-    power_iterate(w, d, r_, c_.iters, p, q);
+    power_iterate(w, d, r_, c_.iters, p, q, threads());
     balance(e, d, r_, p, q);
     GCZ_RETURN_IF_ERROR(p_.encode({d.n, r_}, p.data(), out.data(), context_).with_context("powersgd"));
     GCZ_RETURN_IF_ERROR(
