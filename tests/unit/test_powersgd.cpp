@@ -194,6 +194,21 @@ TEST(PowerSgd, ExactOnMatricesOfRankAtMostR) {
   EXPECT_LT(rel_err(y, yh), 1e-5);
 }
 
+// Past 511 rows the encode's products go over groups of rows (3, 16 and 2 groups here, on 3 threads):
+// a low-rank matrix still comes back exactly, so every group's rows and partial products count.
+TEST(PowerSgd, ExactOnLowRankMatricesWhoseRowsSplitIntoGroups) {
+  for (const auto& [n, m] : {std::pair<uint64_t, uint64_t>{1000, 70}, {4500, 64}, {520, 3000}}) {
+    const Matrix x = with_spectrum(n, m, geometric(3, 0.5), 4);
+    auto c = make("powersgd:rank=4,iters=2");
+    c->set_threads(3);
+    const TensorInfo t{"w", DType::kFloat32, {n, m}};
+    const ByteBuffer b = decode(*c, t, encode(*c, t, x.data()));
+    Matrix xh(x.size());
+    std::memcpy(xh.data(), b.data(), b.size());
+    EXPECT_LT(rel_err(x, xh), 1e-4) << n << " x " << m;
+  }
+}
+
 TEST(PowerSgd, NearTheSvdOptimumOnADecayingSpectrum) {
   // A general matrix: Gaussian with columns scaled by 0.8^j, so its spectrum decays. After 4
   // iterations the rank-4 error is within 1.1x of the SVD's; it can never beat it.

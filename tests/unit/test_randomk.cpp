@@ -95,6 +95,13 @@ TEST(RandomK, IndicesDoNotDependOnTheThreadCountOrTheCodePath) {
     }
     detail::allow_avx2_for_testing(true);
   }
+  // Eight ranges keeping a few keys among them, so that some range most likely keeps none.
+  const uint64_t big = uint64_t{1} << 21;
+  for (uint64_t k : {uint64_t{1}, uint64_t{3}}) {
+    const std::vector<uint64_t> want = reference_random_k(2024, "big", big, k);
+    EXPECT_EQ(codecs::select_random_k(ctx, big, k, 8), want) << k;
+    EXPECT_EQ(codecs::select_random_k(ctx, big, k, 1), want) << k;
+  }
 }
 
 TEST(RandomK, SameSeedSameIndicesInEncodeAndDecode) {

@@ -245,7 +245,13 @@ void power_iterate(const float* w, Dims d, uint64_t r, int64_t iters, std::vecto
   const int m = static_cast<int>(d.m), ri = static_cast<int>(r);
   const uint64_t groups = gemm_groups(d, r);
   auto group_rows = [&](uint64_t g) { return detail::part_begin(static_cast<unsigned>(groups), d.n, 1, g); };
+#ifdef GCZ_HAVE_OPENBLAS
   const unsigned workers = static_cast<unsigned>(std::min<uint64_t>(std::max(threads, 1u), groups));
+#else
+  // Another BLAS need not be safe to call from several threads at once: the same groups, in turn.
+  (void)threads;
+  const unsigned workers = 1;
+#endif
   p.resize(d.n * r);
   std::vector<float> partial(groups > 1 ? groups * d.m * r : 0);
   std::vector<double> cols;
