@@ -194,10 +194,11 @@ TEST(PowerSgd, ExactOnMatricesOfRankAtMostR) {
   EXPECT_LT(rel_err(y, yh), 1e-5);
 }
 
-// Past 511 rows the encode's products go over groups of rows (3, 16 and 2 groups here, on 3 threads):
-// a low-rank matrix still comes back exactly, so every group's rows and partial products count.
+// Past 511 rows the encode's products go over groups of rows (3, 16 and 2 groups here; the 4500 x 1000
+// matrix's on 3 threads): a low-rank matrix still comes back exactly, so every group's rows and
+// partial products count.
 TEST(PowerSgd, ExactOnLowRankMatricesWhoseRowsSplitIntoGroups) {
-  for (const auto& [n, m] : {std::pair<uint64_t, uint64_t>{1000, 70}, {4500, 64}, {520, 3000}}) {
+  for (const auto& [n, m] : {std::pair<uint64_t, uint64_t>{1000, 70}, {4500, 1000}, {520, 3000}}) {
     const Matrix x = with_spectrum(n, m, geometric(3, 0.5), 4);
     auto c = make("powersgd:rank=4,iters=2");
     c->set_threads(3);
@@ -521,10 +522,12 @@ TEST(PowerSgd, DeterministicAndSeeded) {
 }
 
 // The encode's products go over groups of rows that depend on the shape alone (one per 256 rows, at
-// most 16), on the codec's threads: the same factors for any thread count, on one group and on many,
-// tall and wide.
+// most 16), on as many of the codec's threads as the work is worth (one per 2^22 multiply-adds): the
+// same factors for any thread count, on one group and on many, tall and wide, on one thread and on
+// several (4500 x 1000 at rank 5: up to 5).
 TEST(PowerSgd, EncodeDoesNotDependOnTheThreadCount) {
-  for (const auto& [n, m] : {std::pair<uint64_t, uint64_t>{300, 40}, {1000, 77}, {4500, 64}, {520, 3000}}) {
+  for (const auto& [n, m] :
+       {std::pair<uint64_t, uint64_t>{300, 40}, {1000, 77}, {4500, 64}, {520, 3000}, {4500, 1000}}) {
     const Matrix x = gaussian(n * m, 21);
     const TensorInfo t{"w", DType::kFloat32, {n, m}};
     auto one = make("powersgd:rank=5,iters=2");

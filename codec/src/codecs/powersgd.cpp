@@ -232,6 +232,7 @@ void orthonormalize(std::vector<float>& p, uint64_t n, uint64_t r, std::vector<d
 constexpr uint64_t kGroupRows = 256;
 constexpr uint64_t kMostGroups = 16;
 constexpr uint64_t kMostPartialBytes = uint64_t{64} << 20;
+constexpr uint64_t kMinGemmWorkPerThread = uint64_t{1} << 22;  // multiply-adds, against a thread's start
 
 uint64_t gemm_groups(Dims d, uint64_t r) {
   const uint64_t by_rows = std::clamp<uint64_t>(d.n / kGroupRows, 1, kMostGroups);
@@ -246,7 +247,9 @@ void power_iterate(const float* w, Dims d, uint64_t r, int64_t iters, std::vecto
   const uint64_t groups = gemm_groups(d, r);
   auto group_rows = [&](uint64_t g) { return detail::part_begin(static_cast<unsigned>(groups), d.n, 1, g); };
 #ifdef GCZ_HAVE_OPENBLAS
-  const unsigned workers = static_cast<unsigned>(std::min<uint64_t>(std::max(threads, 1u), groups));
+  // As many threads as the groups and the work (n·m·r multiply-adds a product) are worth.
+  const uint64_t worth = std::max<uint64_t>(1, d.n * d.m * r / kMinGemmWorkPerThread);
+  const unsigned workers = static_cast<unsigned>(std::min<uint64_t>({std::max(threads, 1u), groups, worth}));
 #else
   // Another BLAS need not be safe to call from several threads at once: the same groups, in turn.
   (void)threads;
