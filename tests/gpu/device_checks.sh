@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The GPU checks, in one run on a machine with an NVIDIA GPU (e.g. an H200): builds gcz with the CUDA
-# backend for sm_90, runs the CPU/GPU parity tests (which skip without a device), checks end to end
-# that `gcz encode` and `gcz decode` write the same bytes on both backends, and measures the cast
-# codecs' throughput on both, runs the parity tests under compute-sanitizer where it works, and
-# measures how the CPU codecs scale with threads on the machine's cores. Exits non-zero if a test fails
-# or skips, or if the bytes differ. Full logs go to $OUT (where set) or to the build directory.
+# The GPU checks, in one run on a machine with an NVIDIA GPU (e.g. an H200):
+# - builds gcz with the CUDA backend for sm_90 (or unpacks a prebuilt bundle);
+# - runs the CPU/GPU parity tests (which skip without a device);
+# - checks end to end that `gcz encode` and `gcz decode` write the same bytes on both backends;
+# - measures the cast codecs' throughput on both, and the GPU kernels against a device copy;
+# - measures how the CPU codecs scale with threads on the machine's cores;
+# - runs some parity tests under compute-sanitizer memcheck where it works.
+# Exits non-zero if a test fails or skips, a step fails or runs past its time, or the bytes differ.
+# Full logs go to $OUT (where set) or to the build directory.
 # Usage: tests/gpu/device_checks.sh [build-dir]
 #        tests/gpu/device_checks.sh --prebuilt TARBALL   (made by tests/gpu/bundle.sh on a machine that
 #                                                         can build gcz: nothing is built here)
