@@ -81,7 +81,8 @@ uint64_t bench_max_synthetic_bytes();
 // Errors: kInvalidArgument for repeats < 1, no or out-of-range thread counts, synthetic data larger
 // than bench_max_synthetic_bytes(), a spec that does not
 // parse or make its codec on the backend, and inputs with no elements (all before anything is
-// measured but the last); the readers' errors for the inputs; kDeviceError when the backend is not usable.
+// measured but the last); the readers' errors for the inputs; kDeviceError when the backend is not usable
+// or, on a GPU, when its kernels cannot be timed (less than 48 MiB of device memory free).
 Result<BenchResult> run_bench(const std::vector<std::string>& specs, const BenchOptions& options);
 
 }  // namespace gcz
