@@ -15,6 +15,10 @@
 
 namespace gcz::detail {
 
+// Elements a thread should have at least, against the cost of starting it (a pass over 2^18 float32
+// takes tens of microseconds).
+inline constexpr uint64_t kMinPartElements = uint64_t{1} << 18;
+
 // How many parts to split n elements into for `threads` threads: at most one per `min_part` elements.
 inline unsigned parts_for(unsigned threads, uint64_t n, uint64_t min_part) {
   const uint64_t most = n / min_part;
@@ -59,6 +63,14 @@ void run_each(unsigned parts, const F& f) {
     if (e) std::rethrow_exception(e);
   }
 }
+
+// run_each as a callable object, for code that takes how to run its parts (select_smallest's `run`).
+struct RunEach {
+  template <class F>
+  void operator()(unsigned parts, const F& f) const {
+    run_each(parts, f);
+  }
+};
 
 // Splits [0, n) into `parts` ranges at part_begin and runs f(k, begin, end) for each, as run_each.
 template <class F>

@@ -232,7 +232,16 @@ void orthonormalize(std::vector<float>& p, uint64_t n, uint64_t r, std::vector<d
 constexpr uint64_t kGroupRows = 256;
 constexpr uint64_t kMostGroups = 16;
 constexpr uint64_t kMostPartialBytes = uint64_t{64} << 20;
-constexpr uint64_t kMinGemmWorkPerThread = uint64_t{1} << 22;  // multiply-adds, against a thread's start
+constexpr uint64_t kMinWorkPerThread = uint64_t{1} << 22;  // multiply-adds (~0.2 ms), against a thread's start
+
+// How many of `threads` to run `pieces` pieces of an n × m × r product on: no more than the pieces,
+// and one per kMinWorkPerThread multiply-adds.
+unsigned workers_for(unsigned threads, uint64_t pieces, Dims d, uint64_t r) {
+  const double work = static_cast<double>(d.n) * static_cast<double>(d.m) * static_cast<double>(r);
+  return static_cast<unsigned>(
+      std::min<double>({static_cast<double>(std::max(threads, 1u)), static_cast<double>(pieces),
+                        std::max(1.0, work / static_cast<double>(kMinWorkPerThread))}));
+}
 
 uint64_t gemm_groups(Dims d, uint64_t r) {
   const uint64_t by_rows = std::clamp<uint64_t>(d.n / kGroupRows, 1, kMostGroups);
@@ -245,30 +254,31 @@ void power_iterate(const float* w, Dims d, uint64_t r, int64_t iters, std::vecto
                    unsigned threads) {
   const int m = static_cast<int>(d.m), ri = static_cast<int>(r);
   const uint64_t groups = gemm_groups(d, r);
-  auto group_rows = [&](uint64_t g) { return detail::part_begin(static_cast<unsigned>(groups), d.n, 1, g); };
 #ifdef GCZ_HAVE_OPENBLAS
-  // As many threads as the groups and the work (n·m·r multiply-adds a product) are worth.
-  const uint64_t worth = std::max<uint64_t>(1, d.n * d.m * r / kMinGemmWorkPerThread);
-  const unsigned workers = static_cast<unsigned>(std::min<uint64_t>({std::max(threads, 1u), groups, worth}));
+  const unsigned workers = workers_for(threads, groups, d, r);
 #else
   // Another BLAS need not be safe to call from several threads at once: the same groups, in turn.
   (void)threads;
   const unsigned workers = 1;
 #endif
+  // f(g, first row, rows) for each group, on the workers.
+  auto each_group = [&](const auto& f) {
+    detail::run_pieces(workers, groups, 1, [&](unsigned, uint64_t g, uint64_t) {
+      const uint64_t begin = detail::part_begin(static_cast<unsigned>(groups), d.n, 1, static_cast<unsigned>(g));
+      const uint64_t end = detail::part_begin(static_cast<unsigned>(groups), d.n, 1, static_cast<unsigned>(g + 1));
+      f(g, begin, static_cast<int>(end - begin));
+    });
+  };
   p.resize(d.n * r);
   std::vector<float> partial(groups > 1 ? groups * d.m * r : 0);
   std::vector<double> cols;
   for (int64_t it = 0; it < iters; ++it) {
-    detail::run_pieces(workers, groups, 1, [&](unsigned, uint64_t g, uint64_t) {
-      const uint64_t begin = group_rows(g);
-      const int rows = static_cast<int>(group_rows(g + 1) - begin);
+    each_group([&](uint64_t, uint64_t begin, int rows) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, ri, m, 1.0f, w + begin * d.m, m, q.data(), ri, 0.0f,
                   p.data() + begin * r, ri);
     });
     orthonormalize(p, d.n, r, cols);
-    detail::run_pieces(workers, groups, 1, [&](unsigned, uint64_t g, uint64_t) {
-      const uint64_t begin = group_rows(g);
-      const int rows = static_cast<int>(group_rows(g + 1) - begin);
+    each_group([&](uint64_t g, uint64_t begin, int rows) {
       float* out = groups > 1 ? partial.data() + g * d.m * r : q.data();
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, ri, rows, 1.0f, w + begin * d.m, m, p.data() + begin * r,
                   ri, 0.0f, out, ri);
@@ -307,7 +317,6 @@ void balance(int e, Dims d, uint64_t r, std::vector<float>& p, std::vector<float
 constexpr uint64_t kTileRows = 4, kTileCols = 8;
 constexpr uint64_t kMostRowsPerPiece = 16 * kTileRows;
 constexpr uint64_t kBlockPanelDoubles = uint64_t{1} << 16;  // a column block's panels: 512 KiB at most
-constexpr uint64_t kMinWorkPerThread = uint64_t{1} << 22;   // multiply-adds (~0.2 ms), against a thread's start
 
 // The sums of one tile: out[row][column] = Σ_c pp[c][row]·qp[c][column].
 void tile_sums(const double* pp, const double* qp, uint64_t r, double* out) {
@@ -370,10 +379,7 @@ void reconstruct(const std::vector<float>& p, const std::vector<float>& q, Dims 
   const uint64_t per_thread = (d.n + threads - 1) / threads;
   const uint64_t piece_rows = std::min(kMostRowsPerPiece, (per_thread + kTileRows - 1) / kTileRows * kTileRows);
   const uint64_t pieces = (d.n + piece_rows - 1) / piece_rows;
-  const double work = static_cast<double>(d.n) * static_cast<double>(d.m) * static_cast<double>(r);
-  const unsigned workers =
-      static_cast<unsigned>(std::min<double>({static_cast<double>(threads), static_cast<double>(pieces),
-                                              std::max(1.0, work / static_cast<double>(kMinWorkPerThread))}));
+  const unsigned workers = workers_for(threads, pieces, d, r);
   struct Scratch {
     std::vector<double> pp;    // pp[(t·r + c)·4 + k] = P[first_row + 4t + k][c]
     std::vector<double> rows;  // a tile row's sums across the column block

@@ -20,8 +20,6 @@ namespace gcz::codecs {
 namespace {
 
 constexpr uint64_t kSpan = 4096;  // keys drawn per step: a buffer that stays in L1
-// Elements per thread at least: fewer draws than this take less time than starting a thread.
-constexpr uint64_t kMinPart = uint64_t{1} << 18;
 
 // Writes the keys of elements [first, first + count) to out: their 32-bit draws.
 void draw_keys(const CodecContext& context, uint64_t first, uint64_t count, uint32_t* out) {
@@ -141,7 +139,7 @@ std::optional<std::vector<uint64_t>> select_below_bound(const CodecContext& cont
 std::vector<uint64_t> select_random_k(const CodecContext& context, uint64_t n, uint64_t k, unsigned threads) {
   k = std::min(k, n);
   if (k == n) return detail::select_smallest<uint32_t>(n, k, [](uint64_t) { return uint32_t{0}; });
-  const unsigned parts = detail::parts_for(threads, n, kMinPart);
+  const unsigned parts = detail::parts_for(threads, n, detail::kMinPartElements);
   if (auto fast = select_below_bound(context, n, k, parts)) return std::move(*fast);
   // The general path: every key drawn once, then the shared selection.
   std::vector<uint32_t> keys(n);
@@ -149,9 +147,8 @@ std::vector<uint64_t> select_random_k(const CodecContext& context, uint64_t n, u
     draw_keys(context, begin, end - begin, keys.data() + begin);
   });
   const uint32_t* key = keys.data();
-  const auto run = [](unsigned count, const auto& f) { detail::run_each(count, f); };
   return detail::select_smallest<uint32_t>(
-      n, k, [key](uint64_t i) { return key[i]; }, parts, run);
+      n, k, [key](uint64_t i) { return key[i]; }, parts, detail::RunEach{});
 }
 
 float randomk_scale(uint64_t n, uint64_t k, bool unbiased) {

@@ -28,8 +28,7 @@ constexpr char kName[] = "terngrad";
 // 0.75 ns per element at 8200, 0.71 here), and a span's input and draws still fit in L2.
 constexpr uint64_t kSpanTarget = 65280;
 constexpr uint64_t kMomentSpan = 8192;     // a multiple of kSumBlock
-constexpr uint64_t kSuperBlock = kSumBlock << 10;  // a power of two of blocks, a multiple of kMomentSpan
-constexpr uint64_t kMinPart = uint64_t{1} << 18;    // elements per thread at least (thread start-up)
+constexpr uint64_t kSuperBlock = kSumBlock << 10;   // a power of two of blocks, a multiple of kMomentSpan
 constexpr uint64_t kSpansPerPiece = 4;              // spans per piece of work handed to a thread (~1 MiB)
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
@@ -93,7 +92,7 @@ const float* TernGradCodec::span_values(const TensorInfo& t, const void* src, ui
 }
 
 unsigned TernGradCodec::parts(uint64_t count) const {
-  return unit_ == 0 ? parts_for(threads_, count, kMinPart) : 1u;
+  return unit_ == 0 ? parts_for(threads_, count, kMinPartElements) : 1u;
 }
 
 // The blocks of the summation order are summed in super-blocks of kSuperBlock elements, each with its

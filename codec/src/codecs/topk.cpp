@@ -8,9 +8,8 @@ namespace gcz::codecs {
 
 std::vector<uint64_t> select_top_k(DType dtype, const void* src, uint64_t n, uint64_t k, unsigned threads) {
   using detail::select_smallest;
-  constexpr uint64_t kMinPart = uint64_t{1} << 18;  // elements per thread at least (thread start-up)
-  const unsigned parts = detail::parts_for(threads, n, kMinPart);
-  const auto run = [](unsigned count, const auto& f) { detail::run_each(count, f); };
+  const unsigned parts = detail::parts_for(threads, n, detail::kMinPartElements);
+  const detail::RunEach run;
   // Keys straight from the element bits: no converted copy of the tensor is made.
   switch (dtype) {
     case DType::kFloat16: {
