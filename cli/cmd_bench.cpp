@@ -132,7 +132,7 @@ RunFn add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->allow_extra_args(false)
       ->capture_default_str();
-  cmd->add_option("--device", a->device, "cpu, cuda or auto")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu, cuda (or gpu) or auto")->capture_default_str();
   cmd->add_flag("--json", a->json,
                 "Print one JSON document when done (yardsticks, and per codec and thread count ratio, "
                 "encode_gbps, decode_gbps) instead of the tables");

@@ -26,7 +26,7 @@ RunFn add_decode_command(CLI::App& app) {
       ->allow_extra_args(false);  // one GLOB each time: the input after it stays the input
   cmd->add_flag("--widen", a->widen,
                 "Write bfloat16 tensors as float32 (exactly) to formats that cannot hold bfloat16 (.npy, .npz, HDF5)");
-  cmd->add_option("--device", a->device, "Where codecs run: cpu, cuda or auto")->capture_default_str();
+  cmd->add_option("--device", a->device, "Where codecs run: cpu, cuda (or gpu) or auto")->capture_default_str();
   cmd->footer(
       "Examples:\n"
       "  gcz decode grads.gcz -o restored.safetensors\n"

@@ -36,9 +36,9 @@ RunFn add_encode_command(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("encode", "Encode gradient dumps into a .gcz file and report ratio and error");
-  add_encode_options(*cmd, a->encode);
   cmd->add_option("-o,--output", a->output, "The .gcz file to write (replaced atomically; nothing is left on failure)")
       ->required();
+  add_encode_options(*cmd, a->encode);
   cmd->add_option("--meta", a->encode.meta,
                   "Free-form KEY=VALUE metadata stored in the file; repeatable, each key once. Example: --meta "
                   "step=1200")
@@ -58,11 +58,12 @@ RunFn add_encode_command(CLI::App& app) {
       "  gcz encode step_100.safetensors -o step_100.gcz                      # fp16, the default\n"
       "  gcz encode grads/ -o grads.gcz -c bf16+zstd:level=5 --rule '*.bias=none' --min-numel 1024\n"
       "  gcz encode step_101.safetensors -o s101.gcz -c 'topk:ratio=0.01' --ef-state ef.gcz\n"
-      "  gcz encode dump.bin --dtype f32 --shape 4096,4096 -o dump.gcz --json");
+      "  gcz encode dump.bin --dtype f32 --shape 4096,4096 -o dump.gcz --json\n" +
+      std::string(kCodecParametersHelp));
   return [a, ef_codec]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
-    auto view = parse_report_view(a->encode.sort, a->encode.top);
+    auto view = parse_report_view(a->encode.sort, a->encode.top, /*steps=*/false);
     if (!view) return report_error(view.status());
     if (Status s = check_encode_outputs(a->encode.inputs, a->output, a->ef_state, a->ef_codec); !s) {
       return report_error(s);

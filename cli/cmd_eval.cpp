@@ -38,11 +38,12 @@ RunFn add_eval_command(CLI::App& app) {
       "Examples:\n"
       "  gcz eval grads.safetensors -c fp16\n"
       "  gcz eval grads.safetensors -c bf16 --rule 'embed.*=fp16' --csv > bf16.csv\n"
-      "  gcz eval --steps step_000?.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close");
+      "  gcz eval --steps step_000?.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close\n" +
+      std::string(kCodecParametersHelp));
   return [a]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
-    auto view = parse_report_view(a->encode.sort, a->encode.top);
+    auto view = parse_report_view(a->encode.sort, a->encode.top, a->steps);
     if (!view) return report_error(view.status());
     if ((a->ef || !a->ef_state.empty()) && !a->steps) {
       return report_error(invalid_argument(

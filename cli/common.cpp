@@ -218,7 +218,7 @@ void ProgressLine::show(const std::string& text) {
 
 Result<DeviceRequest> parse_device(const std::string& text) {
   auto d = parse_device_request(text);
-  if (!d) return invalid_argument("--device '" + text + "': expected cpu, cuda or auto");
+  if (!d) return invalid_argument("--device '" + text + "': expected cpu, cuda (or gpu) or auto");
   return *d;
 }
 
@@ -239,10 +239,21 @@ CLI::Validator whole_number(uint64_t most = UINT64_MAX) {
 
 }  // namespace
 
+const char* const kCodecParametersHelp =
+    "Codec parameters, the default first (docs/CLI.md, 'Codec specs', and docs/CODECS.md explain them):\n"
+    "  qsgd      bits=8 (2..8), group=128, scale=max|l2, rounding=stochastic|nearest, scale_dtype=fp32|fp16|bf16\n"
+    "  terngrad  clip=2.5 (0: none), scale=tensor|group, group=128 (with scale=group),\n"
+    "            rounding=stochastic|deterministic, packing=base3|2bit\n"
+    "  topk      ratio=0.01 or k=N, values=fp32 (a codec for the kept values, e.g. values=(qsgd:bits=4))\n"
+    "  randomk   ratio=0.01 or k=N, scale=none|unbiased, values=fp32\n"
+    "  powersgd  rank=4, iters=1, view=first|last, factors=fp32, min_rate=2, fallback=fp16\n"
+    "  zstd      level=3 (1..22), as the last stage: CODEC+zstd\n"
+    "  none, fp32, fp16, bf16 take none.";
+
 void add_encode_options(CLI::App& app, EncodeArgs& a) {
   std::string codecs;
   for (const auto& n : codec_names()) codecs += (codecs.empty() ? "" : ", ") + n;
-  app.add_option("inputs", a.inputs,
+  app.add_option("INPUT", a.inputs,
                  "Gradient dumps: .npy .npz .safetensors .h5/.hdf5, raw .bin/.raw (with --dtype and --shape), "
                  "directories of them, or a sharded checkpoint's NAME.safetensors.index.json")
       ->required();
@@ -294,7 +305,8 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
   app.add_option("--sort", a.sort,
                  "Order the report's tensor rows by a column, largest first: rel_l2, cosine, norm_ratio, ratio, "
                  "bits_per_element, snr_db, max_abs_error, mean_error, bytes_in, bytes_out, numel, nonfinite, "
-                 "decoded_nonfinite, sum_rel_l2 (with --steps), or name (A to Z); ':asc' or ':desc' after it sets the "
+                 "decoded_nonfinite, sum_rel_l2 (eval --steps only), or name (A to Z), or the table's headers in, out, "
+                 "bits/el, max_abs_err, mean_err; ':asc' or ':desc' after it sets the "
                  "order; tensors not measured (nan) come first. Example: --sort rel_l2 --top 20 (the 20 worst)");
   app.add_option(
          "--top", a.top,

@@ -88,6 +88,8 @@ struct EncodeArgs {
 };
 
 void add_encode_options(CLI::App& app, EncodeArgs& args);
+// Each codec's parameters with their defaults, for the help of the commands that take -c.
+extern const char* const kCodecParametersHelp;
 // Turns parsed arguments into library options (checking dtype/shape/rules/device/meta).
 Result<EncodeOptions> to_encode_options(const EncodeArgs& args);
 // A note on stderr where --dtype or --shape is given but no input would be read as raw bytes.

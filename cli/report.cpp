@@ -199,7 +199,7 @@ std::string human_bytes(uint64_t bytes) {
   return buf;
 }
 
-Result<ReportView> parse_report_view(const std::string& sort, uint64_t top) {
+Result<ReportView> parse_report_view(const std::string& sort, uint64_t top, bool steps) {
   ReportView view;
   view.top = top;
   if (sort.empty()) return view;
@@ -219,13 +219,17 @@ Result<ReportView> parse_report_view(const std::string& sort, uint64_t top) {
     if (view.key == header) view.key = key;
   }
   view.ascending = order.empty() ? view.key == "name" : order == "asc";
+  if (view.key == "sum_rel_l2" && !steps) {
+    return invalid_argument("--sort '" + sort + "': sum_rel_l2 is a column of gcz eval --steps only");
+  }
   std::string known = "name";
   for (const auto& [k, f] : sort_keys()) {
     if (k == view.key) return view;
     known += ", " + k;
   }
   if (view.key == "name") return view;
-  return invalid_argument("--sort '" + sort + "': no such column (known: " + known + ")");
+  return invalid_argument("--sort '" + sort + "': no such column (known: " + known +
+                          "; or the table's headers in, out, bits/el, max_abs_err, mean_err)");
 }
 
 void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view) {

@@ -17,8 +17,9 @@ struct ReportView {
   bool ascending = false;
   uint64_t top = 0;
 };
-// From --sort KEY[:asc|:desc] and --top N; an unknown key is a usage error listing the known ones.
-Result<ReportView> parse_report_view(const std::string& sort, uint64_t top);
+// From --sort KEY[:asc|:desc] and --top N; an unknown key is a usage error listing the known ones, and
+// so is sum_rel_l2 without `steps` (eval --steps), the only report that has it.
+Result<ReportView> parse_report_view(const std::string& sort, uint64_t top, bool steps);
 
 // format: "table", "json" or "csv".
 void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view = {});

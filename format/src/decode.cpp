@@ -24,7 +24,10 @@ Result<std::vector<std::size_t>> select_tensors(const GczReader& reader, const s
     if (take) out.push_back(i);
   }
   for (std::size_t g = 0; g < globs.size(); ++g) {
-    if (!used[g]) return invalid_argument(reader.path() + ": no tensor matches '" + globs[g] + "'");
+    if (!used[g]) {
+      return invalid_argument(reader.path() + ": no tensor matches '" + globs[g] +
+                              "' (a GLOB matches the whole name; gcz info " + reader.path() + " lists the names)");
+    }
   }
   return out;
 }

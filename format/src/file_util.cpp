@@ -486,7 +486,8 @@ Status check_output_path(const std::string& path) {
   const std::filesystem::path dir = detail::directory_of(path);
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
-    return io_error(path + ": the directory " + dir.string() + " does not exist");
+    const bool exists = std::filesystem::exists(dir, ec);
+    return io_error(path + ": " + dir.string() + (exists ? " is not a directory" : ": no such directory"));
   }
   // The output is created there under a temporary name, then renamed: both need the directory
   // writable (for this process's effective user), which the encode would otherwise find out at its end.

@@ -561,6 +561,10 @@ def test_decode_to_npy(lossless, tmp_path):
     error_line(r)
     gcz("decode", gz, "-o", tmp_path / "w.npy", "-t", "blocks.0.mix.weight", check=True)
     _same({"blocks.0.mix.weight": np.load(tmp_path / "w.npy")}, {"blocks.0.mix.weight": want["blocks.0.mix.weight"]})
+    # A GLOB that matches no tensor says where the names are to be found.
+    r = gcz("decode", gz, "-o", tmp_path / "w2.npy", "-t", "mix.weight")
+    assert r.returncode == EXIT_USAGE and "no tensor matches 'mix.weight'" in error_line(r)
+    assert f"gcz info {gz} lists the names" in error_line(r) and not (tmp_path / "w2.npy").exists()
 
 
 def test_decode_to_directory(lossless, tmp_path):
@@ -666,6 +670,44 @@ def test_help_exits_0_with_an_example():
         assert "gcz " + " ".join(command) in r.stdout.split("Example", 1)[1], (command, r.stdout)
 
 
+def test_help_gives_each_codecs_defaults_as_files_record_them(tmp_path):
+    """encode's and eval's --help end with every codec's parameters, the default first: each default is
+    the value a file records for the bare codec (terngrad's group with scale=group, where it applies)."""
+    text = gcz("encode", "--help", check=True).stdout
+    block = text[text.index("Codec parameters"):]
+    assert block in gcz("eval", "--help", check=True).stdout
+    listed: Dict[str, str] = {}
+    name = None
+    for line in block.splitlines()[1:]:
+        m = re.match(r"  (\w+)  +(.*)", line)
+        if m and m.group(1) != "none,":
+            name = m.group(1)
+            listed[name] = m.group(2)
+        elif line.startswith(" " * 12) and name:
+            listed[name] += " " + line.strip()
+    assert set(listed) == {"qsgd", "terngrad", "topk", "randomk", "powersgd", "zstd"}, listed
+    np.save(tmp_path / "m.npy", np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32))
+    for codec, entry in listed.items():
+        while True:  # the notes in parentheses are not defaults
+            shorter = re.sub(r"\([^()]*\)", "", entry)
+            if shorter == entry:
+                break
+            entry = shorter
+        recorded: Dict[str, object] = {}
+        for spec in ([codec, "terngrad:scale=group"] if codec == "terngrad" else
+                     ["fp16+zstd"] if codec == "zstd" else [codec]):
+            gcz("encode", tmp_path / "m.npy", "-o", tmp_path / "m.gcz", "-c", spec, "-q", check=True)
+            stages = json.loads(gcz("info", tmp_path / "m.gcz", "--json", check=True).stdout)["tensors"][0]["codec"]
+            for key, value in stages[-1]["params"].items():
+                recorded.setdefault(key, value)
+        defaults = [(k, v) for k, v in re.findall(r"(\w+)=([\w.]+)", entry) if v != "N"]
+        assert defaults, (codec, entry)
+        for key, value in defaults:
+            assert key in recorded, (codec, key, recorded)
+            got = recorded[key]
+            assert (float(got) == float(value) if isinstance(got, (int, float)) else got == value), (codec, key, got)
+
+
 # ------------------------------------------------------------------------------------------------
 # 6. outputs that must not be clobbered, error feedback across steps, command-line mistakes
 
@@ -754,16 +796,20 @@ def test_outputs_replaced_keep_their_permissions_and_new_ones_follow_the_umask(t
 @pytest.mark.parametrize("extra, code, words", [
     (["--ef-codec", "fp17"], EXIT_USAGE, "--ef-codec: codec spec 'fp17'"),
     (["--ef-codec", "topk:values=(powersgd)"], EXIT_USAGE, "a 256x256 float32 tensor is refused"),
-    (["--ef-state-dir"], EXIT_IO, "does not exist"),
+    (["--ef-state-dir"], EXIT_IO, "missing: no such directory"),
+    (["--ef-state-under-file"], EXIT_IO, "plain.txt is not a directory"),
 ])
 def test_encode_checks_the_state_options_before_encoding(extra, code, words, tmp_path):
     state = tmp_path / "ef.gcz"
     if extra == ["--ef-state-dir"]:
         state, extra = tmp_path / "missing" / "ef.gcz", []
+    if extra == ["--ef-state-under-file"]:
+        (tmp_path / "plain.txt").write_text("x")
+        state, extra = tmp_path / "plain.txt" / "ef.gcz", []
     r = gcz("encode", SAMPLE, "-o", tmp_path / "out.gcz", "--ef-state", state, *extra, "-q")
     assert r.returncode == code, r.stderr
     assert words in error_line(r)
-    assert listing(tmp_path) == []  # OUTPUT was not written first
+    assert [p for p in listing(tmp_path) if p != "plain.txt"] == []  # OUTPUT was not written first
 
 
 @needs_samples
@@ -967,6 +1013,11 @@ def test_sort_and_top_choose_the_rows(tmp_path):
     for bad in ("rel_l2:up", "rel_l2:"):
         r = gcz("eval", SAMPLE, "--sort", bad)
         assert r.returncode == EXIT_USAGE and "asc or desc" in r.stderr, bad
+    # sum_rel_l2 is measured only across steps: elsewhere it would leave the rows in file order.
+    for cmd in (("eval", SAMPLE), ("encode", SAMPLE, "-o", tmp_path / "s.gcz")):
+        r = gcz(*cmd, "--sort", "sum_rel_l2")
+        assert r.returncode == EXIT_USAGE and "gcz eval --steps only" in r.stderr, (cmd, r.stderr)
+    assert not (tmp_path / "s.gcz").exists()
     # The table's headers name the same columns; a tensor not measured comes first either way.
     header = json.loads(gcz("eval", SAMPLE, "-c", "topk", "--sort", "max_abs_err", "--top", "3", "--json",
                             check=True).stdout)
