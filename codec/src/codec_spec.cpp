@@ -226,19 +226,24 @@ Result<EncodingPlan> check_encoding_plan(std::string_view text) {
   // A codec can take its parameters and still refuse every tensor it would meet: Top-K hands its
   // kept values, a vector, to its value codec, and `topk:values=(powersgd)` fails on every tensor.
   // A tensor encoded now says so before any work: a 256 x 256 matrix, large enough that PowerSGD up
-  // to rank 32 factors it (and so tries its factors' codec) rather than taking its fallback.
-  const TensorInfo probe{"probe", DType::kFloat32, {256, 256}};
-  std::vector<float> values(256 * 256);
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * static_cast<float>(i) + 0.5f);
-  GCZ_ASSIGN_OR_RETURN(StageSpec stage, stage_for_tensor(probe, plan.codec));
-  auto made = make_codec(stage.name, stage.params, Backend::kCpu);
-  if (!made) return invalid_argument(where + made.status().message());
-  (*made)->set_context({0, tensor_key(probe.name)});
-  std::vector<ByteBuffer> out((*made)->stream_names(probe).size());
-  if (Status s = (*made)->encode(probe, values.data(), 0, values.size(), out); !s) {
-    return invalid_argument(where + "a 256x256 float32 tensor is refused: " + s.message());
+  // to rank 32 factors it (and so tries its factors' codec) rather than taking its fallback. Some
+  // refusals depend on the size (a PowerSGD of the factors, whose min_rate only tall factors meet):
+  // a spec the small matrix fails is refused only if a 2048 x 2048 one fails too.
+  Status refused;
+  for (const uint64_t side : {uint64_t{256}, uint64_t{2048}}) {
+    const TensorInfo probe{"probe", DType::kFloat32, {side, side}};
+    std::vector<float> values(side * side);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * static_cast<float>(i) + 0.5f);
+    GCZ_ASSIGN_OR_RETURN(StageSpec stage, stage_for_tensor(probe, plan.codec));
+    auto made = make_codec(stage.name, stage.params, Backend::kCpu);
+    if (!made) return invalid_argument(where + made.status().message());
+    (*made)->set_context({0, tensor_key(probe.name)});
+    std::vector<ByteBuffer> out((*made)->stream_names(probe).size());
+    Status s = (*made)->encode(probe, values.data(), 0, values.size(), out);
+    if (s) return plan;
+    if (refused) refused = s;  // the small matrix's reason
   }
-  return plan;
+  return invalid_argument(where + "neither a 256x256 nor a 2048x2048 float32 tensor is accepted: " + refused.message());
 }
 
 }  // namespace gcz

@@ -163,7 +163,10 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       const TensorInfo& t = reader.tensors()[i];
       GCZ_ASSIGN_OR_RETURN(auto src, reader.open(i));
       GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
-      auto plan = plan_for(t, numel, options, default_plan, report.rules);
+      // The codec's choices (PowerSGD's fallback by size) see the dtype the index will record.
+      TensorInfo recorded = t;
+      if (options.error_feedback) recorded.dtype = detail::working_dtype(t.dtype);
+      auto plan = plan_for(recorded, numel, options, default_plan, report.rules);
       if (!plan) return in_file(plan.status(), inputs[r]);
       progress.tensor = k;
       progress.name = &t.name;

@@ -22,8 +22,6 @@ constexpr const char* kStepsKey = "gcz.ef_steps";
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-DType working_dtype(DType d) { return d == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
-
 // out[i] = a[i] + b[i].
 template <class T>
 void add(const std::byte* a, const std::byte* b, std::byte* out, uint64_t n) {
@@ -166,6 +164,9 @@ Result<std::unique_ptr<GczWriter>> ErrorFeedback::write(const std::string& path,
 }
 
 namespace detail {
+
+DType working_dtype(DType d) { return d == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
+
 namespace {
 
 // The whole tensor in the working dtype w: in place where the source holds it so, else read (and

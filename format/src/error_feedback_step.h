@@ -6,6 +6,10 @@
 
 namespace gcz::detail {
 
+// The dtype a tensor of dtype d is encoded, and recorded, as with error feedback: float64 stays
+// float64, the other float dtypes become float32 (the residual is added in it).
+DType working_dtype(DType d);
+
 // Takes the whole tensor (in place where the source holds it so), adds its residual, encodes
 // x' = x + e as float32 (float64 stays float64), and stores e = x' − x̂ (and the codec's state) back
 // in `ef`. The report's metrics compare x̂ with the true gradient x; with tracked sums it also

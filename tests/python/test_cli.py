@@ -795,7 +795,7 @@ def test_outputs_replaced_keep_their_permissions_and_new_ones_follow_the_umask(t
 @needs_samples
 @pytest.mark.parametrize("extra, code, words", [
     (["--ef-codec", "fp17"], EXIT_USAGE, "--ef-codec: codec spec 'fp17'"),
-    (["--ef-codec", "topk:values=(powersgd)"], EXIT_USAGE, "a 256x256 float32 tensor is refused"),
+    (["--ef-codec", "topk:values=(powersgd)"], EXIT_USAGE, "neither a 256x256 nor a 2048x2048 float32 tensor is accepted"),
     (["--ef-state-dir"], EXIT_IO, "missing: no such directory"),
     (["--ef-state-under-file"], EXIT_IO, "plain.txt is not a directory"),
 ])
@@ -810,6 +810,22 @@ def test_encode_checks_the_state_options_before_encoding(extra, code, words, tmp
     assert r.returncode == code, r.stderr
     assert words in error_line(r)
     assert [p for p in listing(tmp_path) if p != "plain.txt"] == []  # OUTPUT was not written first
+
+
+def test_powersgd_eligibility_counts_the_dtype_the_index_records(tmp_path):
+    """With error feedback a float16 tensor is encoded, and recorded, as float32: PowerSGD's size rule
+    (powersgd.md, "Fallback") counts 4 bytes per element then, and 2 without feedback."""
+    np.save(tmp_path / "h.npy", np.random.default_rng(3).standard_normal((24, 24)).astype(np.float16))
+
+    def chosen(*extra):
+        gcz("encode", tmp_path / "h.npy", "-o", tmp_path / "h.gcz", "-c", "powersgd:rank=4", "-q", *extra,
+            check=True)
+        t = json.loads(gcz("info", tmp_path / "h.gcz", "--json", check=True).stdout)["tensors"][0]
+        return t["dtype"], t["codec"][0]["name"]
+
+    # r (n + m) 4 = 768 against n m s / 2: 576 at 2 bytes (fallback), 1152 at 4 (PowerSGD).
+    assert chosen() == ("float16", "fp16")
+    assert chosen("--ef-state", tmp_path / "ef.gcz") == ("float32", "powersgd")
 
 
 @needs_samples
@@ -1383,7 +1399,7 @@ def test_value_codec_that_refuses_every_tensor_is_a_usage_error_before_any_work(
     for command in (["eval", SAMPLE], ["bench", SAMPLE, "--repeat", "1"]):
         r = gcz(*command, "-c", "topk:values=(powersgd)")
         assert r.returncode == EXIT_USAGE and r.stdout == "", r
-        assert "refused" in error_line(r)
+        assert "neither a 256x256 nor a 2048x2048 float32 tensor is accepted" in error_line(r)
 
 
 def test_names_with_control_characters_are_printed_escaped(tmp_path):
