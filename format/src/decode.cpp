@@ -32,6 +32,43 @@ Result<std::vector<std::size_t>> select_tensors(const GczReader& reader, const s
   return out;
 }
 
+// decode_chunks' loop, with the codec made and the streams open.
+Status decode_in_chunks(Codec& codec, const TensorRecord& rec, std::vector<std::unique_ptr<StreamCursor>>& cursors,
+                        bool whole, uint64_t chunk, const std::function<Status(const std::byte*, uint64_t)>& sink,
+                        const std::function<void(uint64_t)>& progress, const std::string& where) {
+  const TensorInfo& t = rec.info;
+  GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
+  const std::size_t esize = dtype_size(t.dtype);
+  detail::ScratchBuffer xhat;
+  xhat.resize(std::min(chunk, numel) * esize);
+  std::vector<detail::ScratchBuffer> in(rec.streams.size());
+  for (uint64_t first = 0; first < numel; first += chunk) {
+    const uint64_t count = std::min(chunk, numel - first);
+    std::vector<ByteSpan> spans;
+    for (std::size_t s = 0; s < in.size(); ++s) {
+      if (first != 0 && codec.tensor_wide(s)) {  // read with the first chunk
+        spans.emplace_back(in[s].data(), in[s].size());
+        continue;
+      }
+      // A whole-tensor codec's streams are read whole (their size may depend on the data).
+      GCZ_ASSIGN_OR_RETURN(uint64_t n,
+                           whole ? Result<uint64_t>(rec.streams[s].size) : codec.stream_size(t, s, first, count));
+      in[s].resize(n);
+      GCZ_RETURN_IF_ERROR(cursors[s]->read(in[s].data(), n));
+      spans.emplace_back(in[s].data(), n);
+    }
+    Status decoded = codec.decode(t, spans, first, count, xhat.data());
+    if (decoded.code() == StatusCode::kFormatError) {
+      // The stream passed its checksum but its contents break the codec's rules (FORMAT.md §6).
+      return Status(StatusCode::kFormatError, where + ": bad-stream-data: " + decoded.message());
+    }
+    GCZ_RETURN_IF_ERROR(decoded.with_context(where));
+    GCZ_RETURN_IF_ERROR(sink(xhat.data(), count));
+    progress(count * esize);
+  }
+  return Status::ok();
+}
+
 // Decodes tensor `index` chunk by chunk, handing each chunk (count elements of its dtype) to `sink`.
 Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend,
                      const std::function<Status(const std::byte*, uint64_t)>& sink,
@@ -61,41 +98,21 @@ Status decode_chunks(const GczReader& reader, std::size_t index, Backend backend
   if (whole) codec.set_threads(std::max(1u, std::thread::hardware_concurrency()));
   const uint64_t chunk = whole ? std::max<uint64_t>(numel, 1) : std::max(unit, kChunkElements / unit * unit);
   const std::size_t esize = dtype_size(t.dtype);
-  // A whole-tensor codec decodes the tensor at once: a file can claim more than the machine holds.
-  const uint64_t at_once = std::min(chunk, numel) * esize, memory = detail::physical_memory_bytes();
+  // A whole-tensor codec decodes the tensor at once: a file can claim more than the machine holds
+  // (a few bytes of Top-K stand for any number of zeros).
+  const uint64_t at_once = std::min(chunk, numel) * esize, memory = detail::memory_limit_bytes();
   if (memory > 0 && at_once > memory) {
     return unsupported(where + ": its codec " + rec.chain[0].name + " decodes the tensor whole, in " +
-                       std::to_string(at_once) + " bytes of memory, more than this machine has (" +
+                       std::to_string(at_once) + " bytes of memory, more than this process may use (" +
                        std::to_string(memory) + ")");
   }
-  detail::ScratchBuffer xhat;
-  xhat.resize(std::min(chunk, numel) * esize);
-  std::vector<detail::ScratchBuffer> in(rec.streams.size());
-  for (uint64_t first = 0; first < numel; first += chunk) {
-    const uint64_t count = std::min(chunk, numel - first);
-    std::vector<ByteSpan> spans;
-    for (std::size_t s = 0; s < in.size(); ++s) {
-      if (first != 0 && codec.tensor_wide(s)) {  // read with the first chunk
-        spans.emplace_back(in[s].data(), in[s].size());
-        continue;
-      }
-      // A whole-tensor codec's streams are read whole (their size may depend on the data).
-      GCZ_ASSIGN_OR_RETURN(uint64_t n,
-                           whole ? Result<uint64_t>(rec.streams[s].size) : codec.stream_size(t, s, first, count));
-      in[s].resize(n);
-      GCZ_RETURN_IF_ERROR(cursors[s]->read(in[s].data(), n));
-      spans.emplace_back(in[s].data(), n);
-    }
-    Status decoded = codec.decode(t, spans, first, count, xhat.data());
-    if (decoded.code() == StatusCode::kFormatError) {
-      // The stream passed its checksum but its contents break the codec's rules (FORMAT.md §6).
-      return Status(StatusCode::kFormatError, where + ": bad-stream-data: " + decoded.message());
-    }
-    GCZ_RETURN_IF_ERROR(decoded.with_context(where));
-    GCZ_RETURN_IF_ERROR(sink(xhat.data(), count));
-    progress(count * esize);
+  // Within that, the memory free now may still fall short: then say which tensor, and how much.
+  try {
+    return decode_in_chunks(codec, rec, cursors, whole, chunk, sink, progress, where);
+  } catch (const std::bad_alloc&) {
+    return unsupported(where + ": out of memory decoding it (" + std::to_string(at_once) +
+                       " bytes at once, besides its streams)");
   }
-  return Status::ok();
 }
 
 }  // namespace
@@ -130,13 +147,17 @@ Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, Dev
   if (index >= reader.index().tensors.size()) return invalid_argument("no tensor " + std::to_string(index));
   GCZ_ASSIGN_OR_RETURN(Backend backend, resolve_backend(device));
   GCZ_ASSIGN_OR_RETURN(uint64_t bytes, reader.index().tensors[index].info.byte_size());
-  if (const uint64_t memory = detail::physical_memory_bytes(); memory > 0 && bytes > memory) {
-    return unsupported(reader.path() + ": tensor '" + reader.index().tensors[index].info.name +
-                       "': " + std::to_string(bytes) + " bytes decoded, more than this machine's memory (" +
+  const std::string where = reader.path() + ": tensor '" + reader.index().tensors[index].info.name + "'";
+  if (const uint64_t memory = detail::memory_limit_bytes(); memory > 0 && bytes > memory) {
+    return unsupported(where + ": " + std::to_string(bytes) + " bytes decoded, more than this process may use (" +
                        std::to_string(memory) + ")");
   }
   ByteBuffer out;
-  out.reserve(bytes);
+  try {
+    out.reserve(bytes);
+  } catch (const std::bad_alloc&) {
+    return unsupported(where + ": out of memory for its " + std::to_string(bytes) + " bytes decoded");
+  }
   auto sink = [&](const std::byte* data, uint64_t count) {
     const std::size_t n = count * dtype_size(reader.index().tensors[index].info.dtype);
     out.insert(out.end(), data, data + n);

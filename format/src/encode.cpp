@@ -174,9 +174,15 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
         progress.bytes_done += done;
         if (options.progress) options.progress(progress);
       };
-      auto tr = options.error_feedback
-                    ? detail::encode_with_feedback(encoder, *src, *plan, *options.error_feedback, on_progress)
-                    : encoder.encode(*src, *plan, on_progress);
+      Result<TensorReport> tr = internal_error("not encoded");
+      try {
+        tr = options.error_feedback
+                 ? detail::encode_with_feedback(encoder, *src, *plan, *options.error_feedback, on_progress)
+                 : encoder.encode(*src, *plan, on_progress);
+      } catch (const std::bad_alloc&) {  // one tensor too large for the memory free now: say which
+        tr = unsupported("tensor '" + t.name + "': out of memory encoding it (" +
+                         std::to_string(numel * dtype_size(t.dtype)) + " bytes of input)");
+      }
       if (!tr) return in_file(tr.status(), inputs[r]);
       bytes_in += tr->metrics.bytes_in;
       if (tr->cumulative) {

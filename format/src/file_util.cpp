@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,6 +59,18 @@ void sync_parent_directory(const std::string& path) {
 uint64_t physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+uint64_t memory_limit_bytes() {
+  uint64_t most = physical_memory_bytes();
+  for (const int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit r {};
+    if (::getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
+      const auto limit = static_cast<uint64_t>(r.rlim_cur);
+      most = most == 0 ? limit : std::min(most, limit);
+    }
+  }
+  return most;
 }
 
 std::filesystem::path resolved_path(const std::string& path) {

@@ -795,7 +795,8 @@ def test_outputs_replaced_keep_their_permissions_and_new_ones_follow_the_umask(t
 @needs_samples
 @pytest.mark.parametrize("extra, code, words", [
     (["--ef-codec", "fp17"], EXIT_USAGE, "--ef-codec: codec spec 'fp17'"),
-    (["--ef-codec", "topk:values=(powersgd)"], EXIT_USAGE, "neither a 256x256 nor a 2048x2048 float32 tensor is accepted"),
+    (["--ef-codec", "topk:values=(powersgd)"], EXIT_USAGE,
+     "neither a 256x256 nor a 2048x2048 float32 tensor is accepted"),
     (["--ef-state-dir"], EXIT_IO, "missing: no such directory"),
     (["--ef-state-under-file"], EXIT_IO, "plain.txt is not a directory"),
 ])
@@ -1558,6 +1559,33 @@ def test_a_tensor_too_large_to_decode_whole_is_refused(tmp_path):
         assert r.returncode == EXIT_UNSUPPORTED, r
         assert "decodes the tensor whole" in error_line(r)
     assert not (tmp_path / "h.npy").exists()
+
+
+@pytest.mark.parametrize("elements, words", [
+    (1 << 29, "its codec topk decodes the tensor whole, in 2147483648 bytes of memory, more than this process may use"),
+    (((1 << 30) - (1 << 20)) // 4, "out of memory decoding it (1072693248 bytes at once"),
+])
+def test_a_tensor_too_large_for_a_memory_limit_is_refused_by_name(elements, words, tmp_path):
+    """Under ulimit -v (1 GiB here) the bound is the limit, not the machine: a tensor past it is refused
+    before any work, and one just under it, which the allocation then cannot hold, is refused by file
+    and tensor (exit 5) rather than as a bare "out of memory"."""
+    import resource
+    np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32))
+    gcz("encode", tmp_path / "v.npy", "-o", tmp_path / "v.gcz", "-c", "topk:k=1", "-q", check=True)
+
+    def shaped(text: bytes) -> bytes:
+        index = json.loads(text)
+        index["tensors"][0]["shape"] = [elements]
+        return json.dumps(index, separators=(",", ":")).encode()
+
+    with_index(tmp_path / "v.gcz", tmp_path / "big.gcz", shaped)
+    limit = 1 << 30
+    for command in (["verify", tmp_path / "big.gcz"], ["decode", tmp_path / "big.gcz", "-o", tmp_path / "b.npy"]):
+        r = subprocess.run([str(GCZ), *map(str, command)], capture_output=True, text=True, timeout=300,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+        assert r.returncode == EXIT_UNSUPPORTED, r
+        assert f"big.gcz: tensor 'v': {words}" in error_line(r), r.stderr
+    assert not (tmp_path / "b.npy").exists()
 
 
 def test_an_interrupted_encode_leaves_no_temporary_file(tmp_path):
