@@ -94,9 +94,11 @@ int main(int argc, char** argv) {
       "  gcz decode grads.gcz -o restored.safetensors\n"
       "  gcz bench -c fp16 -c bf16                     # throughput against memcpy\n"
       "Run 'gcz COMMAND --help' for each command's options.\n"
-      "Exit codes: 0 success (warnings may have been printed), 1 internal error, 2 usage (option, argument,\n"
-      "codec spec or rule), 3 I/O, 4 bad input (a file breaks its format's rules), 5 unsupported (dtype, format\n"
-      "version, codec), 6 checksum mismatch in a .gcz file, 7 device (no usable GPU, or a GPU failure).");
+      "Exit codes: 0 success (warnings may have been printed), 1 internal error (a bug in gcz), 2 usage (option,\n"
+      "argument, codec spec or rule), 3 I/O, 4 bad input (a file breaks its format's rules), 5 unsupported (a\n"
+      "dtype, format version, codec or extension gcz does not handle, or a tensor too large for the memory gcz\n"
+      "may use), 6 checksum mismatch in a .gcz file, 7 device (--device cuda without a usable GPU or CUDA\n"
+      "build, or a device failure).");
   app.set_version_flag("--version", std::string("gcz ") + GCZ_CLI_VERSION +
                                         (gcz::built_with_cuda() ? " (CUDA backend built in)" : " (CPU only)"));
   app.require_subcommand(1);

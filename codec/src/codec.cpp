@@ -76,9 +76,9 @@ Result<int64_t> get_int_param(const Params& p, std::string_view codec, std::stri
       return invalid_argument(what + " must be an integer, got the decimal number " + whole +
                               " (write it without a point or exponent)");
     }
-    return invalid_argument(what + " must be an integer from " + std::to_string(std::numeric_limits<int64_t>::min()) +
-                            " to " + std::to_string(std::numeric_limits<int64_t>::max()) + ", got one beyond them (" +
-                            param_to_string(it->second) + ")");
+    return invalid_argument(what + " must be an integer of at most " +
+                            std::to_string(std::numeric_limits<int64_t>::max()) + " in magnitude, got " +
+                            param_to_string(it->second));
   }
   return invalid_argument(what + " must be an integer, got " + shown_param(it->second));
 }

@@ -4,6 +4,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include "gcz/detail/value_codec.h"
 
@@ -228,7 +231,14 @@ Result<EncodingPlan> check_encoding_plan(std::string_view text) {
   // A tensor encoded now says so before any work: a 256 x 256 matrix, large enough that PowerSGD up
   // to rank 32 factors it (and so tries its factors' codec) rather than taking its fallback. Some
   // refusals depend on the size (a PowerSGD of the factors, whose min_rate only tall factors meet):
-  // a spec the small matrix fails is refused only if a 2048 x 2048 one fails too.
+  // a spec the small matrix fails is refused only if a 2048 x 2048 one fails too. A spec accepted once
+  // is not probed again (eval --steps checks its specs at every step).
+  static std::mutex mutex;
+  static std::set<std::string> accepted;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (accepted.count(plan.text) != 0) return plan;
+  }
   Status refused;
   for (const uint64_t side : {uint64_t{256}, uint64_t{2048}}) {
     const TensorInfo probe{"probe", DType::kFloat32, {side, side}};
@@ -240,7 +250,11 @@ Result<EncodingPlan> check_encoding_plan(std::string_view text) {
     (*made)->set_context({0, tensor_key(probe.name)});
     std::vector<ByteBuffer> out((*made)->stream_names(probe).size());
     Status s = (*made)->encode(probe, values.data(), 0, values.size(), out);
-    if (s) return plan;
+    if (s) {
+      std::lock_guard<std::mutex> lock(mutex);
+      accepted.insert(plan.text);
+      return plan;
+    }
     if (refused) refused = s;  // the small matrix's reason
   }
   return invalid_argument(where + "neither a 256x256 nor a 2048x2048 float32 tensor is accepted: " + refused.message());

@@ -210,15 +210,33 @@ void add_to_sums(const std::byte* x, const std::byte* xhat, double* sum_x, doubl
   }
 }
 
+// The same for x and x̂ of dtype d: float16 and bfloat16 a block at a time through float32.
+void add_to_sums(DType d, const std::byte* x, const std::byte* xhat, double* sum_x, double* sum_xhat, uint64_t n,
+                 CumulativeError& c) {
+  if (d == DType::kFloat64) return add_to_sums<double>(x, xhat, sum_x, sum_xhat, n, c);
+  if (d == DType::kFloat32) return add_to_sums<float>(x, xhat, sum_x, sum_xhat, n, c);
+  constexpr uint64_t kBlock = 4096;
+  float wx[kBlock], wy[kBlock];
+  const std::size_t size = dtype_size(d);
+  for (uint64_t i = 0; i < n; i += kBlock) {
+    const uint64_t m = std::min(kBlock, n - i);
+    convert_elements(d, x + i * size, DType::kFloat32, wx, m);
+    convert_elements(d, xhat + i * size, DType::kFloat32, wy, m);
+    add_to_sums<float>(reinterpret_cast<const std::byte*>(wx), reinterpret_cast<const std::byte*>(wy), sum_x + i,
+                       sum_xhat + i, m, c);
+  }
+}
+
 }  // namespace
 
 // Memory: x in place (or one copy in the working dtype), one buffer that holds x' and becomes the
 // new residual chunk by chunk as the decoded values come, and the running sums, moved from the old
-// entry rather than copied.
+// entry rather than copied. With feedback off there is no residual, and x is encoded in its own dtype,
+// as gcz encode would encode it.
 Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& src, const EncodingPlan& plan,
                                           ErrorFeedback& ef, const std::function<void(uint64_t)>& progress) {
   const TensorInfo& t = src.info();
-  const DType w = working_dtype(t.dtype);
+  const DType w = ef.feedback() ? working_dtype(t.dtype) : t.dtype;
   GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
   const std::size_t wsize = dtype_size(w);
   ScratchBuffer x_buf;
@@ -226,7 +244,8 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
 
   // x' = x + e_old, when there is a residual for this tensor; else x' is x itself.
   ErrorFeedback::Entry* old = ef.find(t.name);
-  ErrorFeedback::Entry next{w, t.shape, ByteBuffer(numel * wsize), std::nullopt, {}, {}};
+  ErrorFeedback::Entry next{working_dtype(t.dtype), t.shape, ByteBuffer(ef.feedback() ? numel * wsize : 0),
+                            std::nullopt,           {},      {}};
   const std::byte* xp = x;
   if (ef.feedback() && old && !old->residual.empty()) {
     if (old->shape != t.shape || old->dtype != w) {
@@ -259,18 +278,19 @@ Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& 
   // encoder is done with the chunk), and the sums.
   extras.on_decoded = [&](uint64_t first, uint64_t count, const std::byte* xhat) {
     const uint64_t at = first * wsize;
-    if (w == DType::kFloat64) finite_difference<double>(xp + at, xhat, next.residual.data() + at, count);
-    else finite_difference<float>(xp + at, xhat, next.residual.data() + at, count);
+    if (!next.residual.empty()) {
+      if (w == DType::kFloat64)
+        finite_difference<double>(xp + at, xhat, next.residual.data() + at, count);
+      else
+        finite_difference<float>(xp + at, xhat, next.residual.data() + at, count);
+    }
     if (!ef.track_sums()) return;
-    double* sx = next.sum_x.data() + first;
-    double* sy = next.sum_xhat.data() + first;
-    if (w == DType::kFloat64) add_to_sums<double>(x + at, xhat, sx, sy, count, cumulative);
-    else add_to_sums<float>(x + at, xhat, sx, sy, count, cumulative);
+    add_to_sums(w, x + at, xhat, next.sum_x.data() + first, next.sum_xhat.data() + first, count, cumulative);
   };
   extras.state_in = ef.feedback() && old && old->state ? &*old->state : nullptr;
   extras.state_out = &state;
   MemorySource xsrc({t.name, w, t.shape}, xp);
-  // The encoder counts bytes of x' (float32 or float64); progress counts bytes of the input's dtype.
+  // The encoder counts bytes of x' (its dtype w); progress counts bytes of the input's dtype.
   const std::size_t in_size = dtype_size(t.dtype);
   auto input_progress = [&](uint64_t done) { progress(done / wsize * in_size); };
   GCZ_ASSIGN_OR_RETURN(TensorReport report, encoder.encode(xsrc, plan, input_progress, extras));

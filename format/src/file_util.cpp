@@ -13,9 +13,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gcz/codec_spec.h"
 #include "gcz/pipeline.h"
@@ -63,11 +66,37 @@ uint64_t physical_memory_bytes() {
 
 uint64_t memory_limit_bytes() {
   uint64_t most = physical_memory_bytes();
+  auto bound = [&](uint64_t limit) { most = most == 0 ? limit : std::min(most, limit); };
   for (const int resource : {RLIMIT_AS, RLIMIT_DATA}) {
     struct rlimit r {};
-    if (::getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
-      const auto limit = static_cast<uint64_t>(r.rlim_cur);
-      most = most == 0 ? limit : std::min(most, limit);
+    if (::getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY) bound(static_cast<uint64_t>(r.rlim_cur));
+  }
+  // /proc/self/cgroup: "ID:CONTROLLERS:/PATH" lines; v2's has no controllers.
+  std::ifstream groups("/proc/self/cgroup");
+  for (std::string line; std::getline(groups, line);) {
+    const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::filesystem::path dir;
+    std::string name;
+    if (controllers.empty()) {
+      dir = "/sys/fs/cgroup", name = "memory.max";
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      dir = "/sys/fs/cgroup/memory", name = "memory.limit_in_bytes";
+    } else {
+      continue;
+    }
+    // The cgroup and every one above it ("max" is no limit).
+    std::vector<std::filesystem::path> places{dir};
+    for (const auto& part : std::filesystem::path(line.substr(b + 1)).relative_path()) {
+      places.push_back(places.back() / part);
+    }
+    for (const auto& place : places) {
+      std::ifstream f(place / name);
+      std::string text;
+      if (f >> text && !text.empty() && text.find_first_not_of("0123456789") == std::string::npos && text.size() < 20) {
+        bound(std::stoull(text));
+      }
     }
   }
   return most;

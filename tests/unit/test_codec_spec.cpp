@@ -118,8 +118,8 @@ TEST(MakeCodec, NumericParametersSayWhatIsWrong) {
         << whole;
   }
   // A whole number beyond int64 is read as a double: its range is what is wrong, not its being whole.
-  const std::string range = "must be an integer from -9223372036854775808 to 9223372036854775807, got one beyond ";
-  EXPECT_NE(message("topk:k=100000000000000000000000").find("'k' " + range + "them (1e23)"), std::string::npos);
+  const std::string range = "must be an integer of at most 9223372036854775807 in magnitude, got ";
+  EXPECT_NE(message("topk:k=100000000000000000000000").find("'k' " + range + "1e23"), std::string::npos);
   EXPECT_NE(message("topk:k=10.0").find("'k' must be an integer, got the decimal number 10 ("), std::string::npos);
   EXPECT_NE(message("qsgd:bits=(4)").find("'bits' must be an integer, got '4', a word (a number in parentheses"),
             std::string::npos);
@@ -132,8 +132,7 @@ TEST(MakeCodec, NumericParametersSayWhatIsWrong) {
     EXPECT_NE(message(plus).find("write an exponent without it, 1e30 for 1e+30"), std::string::npos) << plus;
   }
   EXPECT_NE(message("topk:ratio=1.2.3").find("'ratio' must be a number, got '1.2.3'"), std::string::npos);
-  EXPECT_NE(message("qsgd:group=-100000000000000000000000").find("'group' " + range + "them (-1e23)"),
-            std::string::npos);
+  EXPECT_NE(message("qsgd:group=-100000000000000000000000").find("'group' " + range + "-1e23"), std::string::npos);
 }
 
 TEST(MakeCodec, ValueCodecsNestAtMost64Deep) {
