@@ -189,12 +189,25 @@ Status DirectoryReader::collect_files() {
   std::error_code ec;
   const fs::path root(path_);
   std::vector<fs::path> found;
+  std::vector<std::pair<fs::path, std::string>> unreadable;  // noted as skipped, not passed over in silence
   for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file(ec)) found.push_back(it->path());
+    std::error_code kind;
+    const fs::file_status status = it->status(kind);
+    if (fs::is_regular_file(status)) {
+      found.push_back(it->path());
+    } else if (fs::is_directory(status)) {
+      continue;  // listed in turn (a link to one is not followed)
+    } else if (it->is_symlink(kind) && !fs::exists(status)) {
+      unreadable.emplace_back(it->path(), "a symbolic link to nothing");
+    } else {
+      unreadable.emplace_back(it->path(), "not a regular file (a pipe, device or socket)");
+    }
   }
   if (ec) return io_error(path_ + ": cannot list the directory: " + ec.message());
   std::sort(found.begin(), found.end());
+  std::sort(unreadable.begin(), unreadable.end());
   for (const fs::path& p : found) files_.push_back(entry(root, p));
+  for (const auto& [p, why] : unreadable) skipped_.push_back({p.lexically_relative(root).generic_string(), why});
   std::map<std::size_t, WeightMap> weight_maps;  // read before any is applied: an index may mark a later file
   for (std::size_t i = 0; i < files_.size(); ++i) {
     if (files_[i].shard_index) {

@@ -92,9 +92,16 @@ Result<Shape> dataset_shape(hid_t dataset, const std::string& ctx, std::string& 
     return format_error(ctx + ": the dataspace has " + std::to_string(rank) + " dimensions (at most " +
                         std::to_string(kMaxRank) + ")");
   }
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) {
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), most(dims.size());
+  if (H5Sget_simple_extent_dims(space.get(), dims.data(), most.data()) < 0) {
     return hdf5_read_error(ctx + ": cannot read the dataspace");
+  }
+  // A damaged dataspace can claim dimensions past its own maxima, which HDF5 1.10 reads regardless.
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    if (most[k] != H5S_UNLIMITED && dims[k] > most[k]) {
+      return format_error(ctx + ": dimension " + std::to_string(k) + " of the dataspace is " + std::to_string(dims[k]) +
+                          ", past its maximum " + std::to_string(most[k]));
+    }
   }
   return Shape(dims.begin(), dims.end());
 }
@@ -134,6 +141,17 @@ Result<DatasetInfo> describe_dataset(hid_t file, const std::string& path, const 
   auto numel = checked_numel(d.info.shape);
   if (!numel) return format_error(ctx + ": " + numel.status().message());
   d.numel = *numel;
+  // Chunks never written read as the fill value: a few hundred bytes can claim terabytes. Like a
+  // deflated .npz member (at most about 1032 to 1), a dataset may hold at most 1024 times what it
+  // stores, past 1 GiB.
+  const double claimed = static_cast<double>(d.numel) * static_cast<double>(H5Tget_size(type.get()));
+  const double stored = static_cast<double>(H5Dget_storage_size(dataset.get()));
+  if (claimed > std::max(0x1p30, 1024.0 * stored)) {
+    return unsupported(ctx + ": the dataset claims " + std::to_string(static_cast<uint64_t>(claimed)) +
+                       " bytes but stores " + std::to_string(static_cast<uint64_t>(stored)) +
+                       " (chunks never written read as its fill value); gcz reads at most 1024 times what a "
+                       "dataset stores, past 1 GiB");
+  }
   return d;
 }
 

@@ -267,6 +267,16 @@ Status NpzReader::add_member(const std::string& tensor_name, const unz_file_info
       return format_error(ctx + ": the stored zip member runs past the end of the archive");
     }
     m.map_offset = stream_pos + header.data_offset;
+    // minizip checks a member's CRC-32 only when it is read through to its end, which a stored
+    // member read from the map never is: check it here, over the whole member, header and data.
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const auto* bytes = reinterpret_cast<const Bytef*>(file_->data() + stream_pos);
+    for (uint64_t done = 0; done < needed;) {
+      const uint64_t n = std::min<uint64_t>(needed - done, uint64_t{1} << 30);
+      crc = crc32(crc, bytes + done, static_cast<uInt>(n));
+      done += n;
+    }
+    if (crc != fi.crc) return format_error(ctx + ": the zip member's CRC-32 does not match its data");
   }
   if (unzGetFilePos64(zip_->zip, &m.pos) != UNZ_OK) return format_error(ctx + ": cannot locate the zip member");
   m.header = std::move(header);

@@ -22,9 +22,11 @@ gives the same bytes.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import struct
 import sys
+import zipfile
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -501,6 +503,15 @@ def make_inputs() -> None:
     INPUTS["st-bad-json.safetensors"] = (safetensors(b'{"w": {"dtype": "F32", ', bytes(8)),
                                          "the header is not valid JSON", 4, [])
     INPUTS["empty.npz"] = (b"", "an empty file named .npz (no zip central directory)", 4, [])
+    # A stored member (as numpy's savez writes them) whose data changed after its CRC-32 was taken.
+    member = bytearray(npy_header("<f4", (4,)) + np.arange(4, dtype="<f4").tobytes())
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(zipfile.ZipInfo("a.npy", date_time=(1980, 1, 1, 0, 0, 0)), bytes(member))
+    data = bytearray(buf.getvalue())
+    at = bytes(data).index(bytes(member)) + len(member) - 2
+    data[at] ^= 0x40
+    INPUTS["npz-stored-bad-crc.npz"] = (bytes(data), "a stored member whose data no longer matches its CRC-32", 4, [])
     INPUTS["raw-size-mismatch.bin"] = (np.arange(5, dtype="<f4").tobytes(),
                                        "20 bytes, where f32 of shape 3,3 needs 36", 4,
                                        ["--dtype", "f32", "--shape", "3,3"])

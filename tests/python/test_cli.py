@@ -1088,6 +1088,23 @@ def test_sort_and_top_choose_the_rows(tmp_path):
         assert [t["name"] for t in rep["tensors"]] == ["nan64"], (order, rep["tensors"])
 
 
+def test_a_directory_notes_the_entries_it_cannot_read(tmp_path):
+    """A symbolic link to nothing (a download that never finished) and a pipe in a directory input are
+    noted as skipped, not passed over in silence; the rest is read."""
+    d = tmp_path / "d"
+    d.mkdir()
+    np.save(d / "x.npy", np.ones(4, np.float32))
+    (d / "shard.safetensors").symlink_to(tmp_path / "missing-blob")
+    os.mkfifo(d / "f.npy")
+    r = gcz("eval", d, "--json", check=True)
+    rep = json.loads(r.stdout)
+    assert [t["name"] for t in rep["tensors"]] == ["x"]
+    assert {(s["name"], s["reason"]) for s in rep["skipped"]} == {
+        ("shard.safetensors", "a symbolic link to nothing"),
+        ("f.npy", "not a regular file (a pipe, device or socket)")}, rep["skipped"]
+    assert "skipped" in r.stderr and "shard.safetensors: a symbolic link to nothing" in r.stderr, r.stderr
+
+
 def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
     np.savez(tmp_path / "m.npz", w=np.ones(4, np.float32), ids=np.arange(3))
     (tmp_path / "notes.txt").write_text("x")

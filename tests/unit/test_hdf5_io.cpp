@@ -200,6 +200,68 @@ TEST_F(Hdf5Test, AFailedReadSaysWhy) {
 #endif
 }
 
+// A chunked dataset never written reads as its fill value: 1 KiB of file can claim 4 TiB. Such a
+// dataset is refused (exit 5) when it claims more than 1024 times what it stores, past 1 GiB; one that
+// stores its data is read.
+TEST_F(Hdf5Test, RefusesADatasetThatClaimsFarMoreThanItStores) {
+  const std::string p = dir_ + "/lazy.h5";
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[1] = {hsize_t{1} << 40}, chunk[1] = {hsize_t{1} << 16};
+    hid_t space = H5Screate_simple(1, dims, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 1, chunk);
+    hid_t ds = H5Dcreate2(f, "lazy", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    const std::vector<float> v(1000, 0.5f);
+    add_dataset(f, "small", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {1000}, v.data());
+    H5Fclose(f);
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("tensor 'lazy': the dataset claims 4398046511104 bytes but stores 0"),
+            std::string::npos)
+      << r.status().message();
+}
+
+// A damaged dataspace whose dimension exceeds its own maximum, which HDF5 1.10 reads regardless (and
+// then allocates without bound): refused when the file is opened. The file is written in the
+// earliest format (object headers without checksums) and one dimension is patched in place.
+TEST_F(Hdf5Test, RefusesADimensionPastItsMaximum) {
+  const std::string p = dir_ + "/dims.h5";
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    std::vector<float> v(4 * 16, 1.0f);
+    add_dataset(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4, 16}, v.data());
+    H5Fclose(f);
+  }
+  std::string bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // The dataspace message: the dimensions (4, 16), then the maxima (4, 16), 8 bytes each.
+  std::string pattern(32, '\0');
+  for (int k = 0; k < 4; ++k) pattern[8 * k] = static_cast<char>(k % 2 == 0 ? 4 : 16);
+  const std::size_t at = bytes.find(pattern);
+  ASSERT_NE(at, std::string::npos) << "no dataspace message (4, 16) / (4, 16) in the file";
+  bytes[at + 8 + 4] = 4;  // dimension 1 becomes 16 + 2^34
+  {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kFormatError);
+  EXPECT_NE(r.status().message().find("tensor 'x': dimension 1 of the dataspace is 17179869200, past its maximum 16"),
+            std::string::npos)
+      << r.status().message();
+}
+
 // Contiguous and in chunks of 2 x 3 x 2 (which no range lines up with): the same elements.
 TEST_F(Hdf5Test, ReadsEveryRangeOfA3dDataset) {
   const std::string p = dir_ + "/cube.h5";
