@@ -439,6 +439,32 @@ WriterResult create_directory_writer(const std::string& path, const std::vector<
       }
     }
   }
+  // Whole paths: the temporary directory (PATH plus up to 23 bytes), a slash, the name and ".npy" must
+  // fit the system's limit on a path (4096 bytes with its NUL on Linux).
+  constexpr std::size_t kMostPath = 4095;
+  std::set<std::string> directories;  // every directory the names make, "a" and "a/b" for "a/b/c"
+  for (const TensorInfo& t : tensors) {
+    const std::size_t length = path.size() + 23 + 1 + t.name.size() + 4;
+    if (length > kMostPath) {
+      return invalid_argument(path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) +
+                              "...': its file's path "
+                              "would be up to " +
+                              std::to_string(length) + " bytes, more than the " + std::to_string(kMostPath) +
+                              " a path can take here; choose a shorter output path, "
+                              "or .safetensors, .npz or .h5");
+    }
+    for (std::size_t slash = t.name.find('/'); slash != std::string::npos; slash = t.name.find('/', slash + 1)) {
+      directories.insert(t.name.substr(0, slash));
+    }
+  }
+  // A name's file, NAME.npy, may not be another name's directory ("x" and "x.npy/y").
+  for (const TensorInfo& t : tensors) {
+    if (directories.count(t.name + ".npy") != 0) {
+      return invalid_argument(path + ": tensor '" + t.name + "': its file " + t.name +
+                              ".npy would be a directory that another tensor's name makes; a directory output "
+                              "cannot hold both (.safetensors, .npz and .h5 can)");
+    }
+  }
   GCZ_RETURN_IF_ERROR(check_output_directory(path));
   auto temp = std::make_unique<TempPath>(path);
   std::error_code ec;

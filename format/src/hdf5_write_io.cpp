@@ -25,11 +25,20 @@ class Hdf5Writer final : public SequentialWriter {
   Status create_datasets(bool widen) {
     H5Id lcpl(H5Pcreate(H5P_LINK_CREATE));
     H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    // Names are UTF-8 (gcz's rule): the links say so, for the tools that go by their character set.
     if (!lcpl.valid() || !dcpl.valid() || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0 ||
+        H5Pset_char_encoding(lcpl.get(), H5T_CSET_UTF8) < 0 ||
         H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0) {  // every element gets written
       return internal_error(path() + ": cannot set up HDF5 property lists: " + hdf5_error_text());
     }
     for (const TensorInfo& t : input_tensors()) {
+      // The groups of its path first, with UTF-8 links too (intermediate groups HDF5 makes on its own
+      // get ASCII ones); a part that is already a dataset fails below, at the dataset.
+      for (std::size_t slash = t.name.find('/'); slash != std::string::npos; slash = t.name.find('/', slash + 1)) {
+        const std::string group = t.name.substr(0, slash);
+        if (H5Lexists(file_.get(), group.c_str(), H5P_DEFAULT) > 0) continue;
+        H5Id made(H5Gcreate2(file_.get(), group.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+      }
       const TensorInfo stored = stored_info(t, widen);
       H5Id type = hdf5_float_type(stored.dtype);
       GCZ_ASSIGN_OR_RETURN(H5Id space, make_dataspace(stored.shape));

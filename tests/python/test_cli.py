@@ -971,6 +971,27 @@ def test_an_output_that_cannot_be_replaced_leaves_the_state_as_it_was():
         shutil.rmtree(work)
 
 
+def test_a_directory_output_refuses_paths_too_long_and_names_that_collide(tmp_path):
+    """Names within the per-part limits whose whole path would pass 4095 bytes, and a name whose file
+    NAME.npy another name uses as a directory, are refused up front in one short line (exit 2),
+    whatever their order; .npz takes both."""
+    deep = "/".join(["d" * 200] * 20) + "/" + "f" * 75  # 4095 bytes, every part within its limit
+    write_safetensors(tmp_path / "deep.safetensors", {deep: np.ones(2, np.float32)})
+    gcz("encode", tmp_path / "deep.safetensors", "-o", tmp_path / "deep.gcz", "-c", "none", "-q", check=True)
+    r = gcz("decode", tmp_path / "deep.gcz", "-o", f"{tmp_path}/d/")
+    assert r.returncode == EXIT_USAGE and len(r.stderr) < 500, r.stderr
+    assert "its file's path would be up to" in error_line(r) and not (tmp_path / "d").exists()
+    gcz("decode", tmp_path / "deep.gcz", "-o", tmp_path / "deep.npz", check=True)
+    for k, names in enumerate((["x", "x.npy/y"], ["x.npy/y", "x"])):
+        write_safetensors(tmp_path / f"c{k}.safetensors", {n: np.ones(1, np.float32) for n in names})
+        gcz("encode", tmp_path / f"c{k}.safetensors", "-o", tmp_path / f"c{k}.gcz", "-c", "none", "-q", check=True)
+        r = gcz("decode", tmp_path / f"c{k}.gcz", "-o", f"{tmp_path}/o{k}/")
+        assert r.returncode == EXIT_USAGE, r.stderr
+        assert "tensor 'x': its file x.npy would be a directory that another tensor's name makes" in error_line(r)
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(f"o{k}")] == []
+        gcz("decode", tmp_path / f"c{k}.gcz", "-o", tmp_path / f"c{k}.npz", check=True)
+
+
 def test_a_name_too_long_for_a_file_name_is_refused_up_front(tmp_path):
     """A 4000-byte name decodes to .npz, and is refused for a directory in one short line (it had
     failed at the temporary file, the name written out twice: 8 KB)."""

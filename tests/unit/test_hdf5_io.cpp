@@ -262,6 +262,33 @@ TEST_F(Hdf5Test, RefusesADimensionPastItsMaximum) {
       << r.status().message();
 }
 
+// Names are UTF-8: the links of the datasets, and of the groups their paths make, say so.
+TEST_F(Hdf5Test, WriterMarksLinkNamesUtf8) {
+  const std::string p = dir_ + "/names.h5";
+  const std::string name = "\xC3\xBC/\xE5\x90\x8D x/w";  // "ü/名 x/w"
+  auto wr = create_tensor_file(p, {{name, DType::kFloat32, {1}}}, {});
+  ASSERT_TRUE(wr) << wr.status().message();
+  const float v = 1.5f;
+  ASSERT_TRUE((*wr)->begin(0).is_ok() && (*wr)->write(&v, 1).is_ok() && (*wr)->end().is_ok());
+  ASSERT_TRUE((*wr)->finish().is_ok());
+  hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  for (const std::string link : {std::string("\xC3\xBC"), name.substr(0, name.rfind('/')), name}) {
+#if H5_VERSION_GE(1, 12, 0)
+    H5L_info2_t info;
+    ASSERT_GE(H5Lget_info2(f, link.c_str(), &info, H5P_DEFAULT), 0) << link;
+#else
+    H5L_info_t info;
+    ASSERT_GE(H5Lget_info(f, link.c_str(), &info, H5P_DEFAULT), 0) << link;
+#endif
+    EXPECT_EQ(info.cset, H5T_CSET_UTF8) << link;
+  }
+  H5Fclose(f);
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ((*r)->tensors()[0].name, name);
+}
+
 // Contiguous and in chunks of 2 x 3 x 2 (which no range lines up with): the same elements.
 TEST_F(Hdf5Test, ReadsEveryRangeOfA3dDataset) {
   const std::string p = dir_ + "/cube.h5";
