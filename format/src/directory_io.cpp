@@ -446,12 +446,10 @@ WriterResult create_directory_writer(const std::string& path, const std::vector<
   for (const TensorInfo& t : tensors) {
     const std::size_t length = path.size() + 23 + 1 + t.name.size() + 4;
     if (length > kMostPath) {
-      return invalid_argument(path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) +
-                              "...': its file's path "
-                              "would be up to " +
-                              std::to_string(length) + " bytes, more than the " + std::to_string(kMostPath) +
-                              " a path can take here; choose a shorter output path, "
-                              "or .safetensors, .npz or .h5");
+      const std::string what = "its file's path would be up to " + std::to_string(length) + " bytes, more than the " +
+                               std::to_string(kMostPath) + " a path can take here";
+      return invalid_argument(path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) + "...': " + what +
+                              "; choose a shorter output path, or .safetensors, .npz or .h5");
     }
     for (std::size_t slash = t.name.find('/'); slash != std::string::npos; slash = t.name.find('/', slash + 1)) {
       directories.insert(t.name.substr(0, slash));
