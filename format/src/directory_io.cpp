@@ -423,36 +423,31 @@ Result<std::unique_ptr<TensorFileReader>> open_shard_index_reader(const std::str
 WriterResult create_directory_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
                                      const WriteOptions& options) {
   GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, "a directory of .npy files"));
+  // Each part of a name becomes a directory's name, or the last a file's, with ".npy" and a temporary
+  // suffix (".tmp-PID-N", up to 23 bytes): 255 bytes at most on common file systems. The whole path,
+  // the temporary directory's (PATH and its suffix), a slash, the name and ".npy", must fit the
+  // system's limit on a path (4096 bytes with its NUL on Linux).
+  constexpr std::size_t kTempSuffix = 23, kMostName = 255, kMostFile = kMostName - 4 - kTempSuffix, kMostPath = 4095;
+  std::set<std::string> directories;  // every directory the names make, "a" and "a/b" for "a/b/c"
   for (const TensorInfo& t : tensors) {
     GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));
-    // Each part of a name becomes a directory's name, or the last a file's, with ".npy" and a
-    // temporary suffix (".tmp-PID-N", up to 23 bytes): 255 bytes at most on common file systems.
-    constexpr std::size_t kMostName = 255, kMostFile = kMostName - 4 - 23;
+    const std::string shown = path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) + "...': ";
     for (std::size_t begin = 0, end; begin < t.name.size(); begin = end + 1) {
       end = std::min(t.name.find('/', begin), t.name.size());
       const bool file = end == t.name.size();
       if (end - begin > (file ? kMostFile : kMostName)) {
-        return invalid_argument(
-            path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) + "...': a part of its name has " +
-            std::to_string(end - begin) + " bytes, more than the " + std::to_string(file ? kMostFile : kMostName) +
-            " a " + (file ? "file" : "directory") + " name can take here (.safetensors, .npz and .h5 keep long names)");
+        return invalid_argument(shown + "a part of its name has " + std::to_string(end - begin) +
+                                " bytes, more than the " + std::to_string(file ? kMostFile : kMostName) + " a " +
+                                (file ? "file" : "directory") +
+                                " name can take here (.safetensors, .npz and .h5 keep long names)");
       }
+      if (!file) directories.insert(t.name.substr(0, end));
     }
-  }
-  // Whole paths: the temporary directory (PATH plus up to 23 bytes), a slash, the name and ".npy" must
-  // fit the system's limit on a path (4096 bytes with its NUL on Linux).
-  constexpr std::size_t kMostPath = 4095;
-  std::set<std::string> directories;  // every directory the names make, "a" and "a/b" for "a/b/c"
-  for (const TensorInfo& t : tensors) {
-    const std::size_t length = path.size() + 23 + 1 + t.name.size() + 4;
+    const std::size_t length = path.size() + kTempSuffix + 1 + t.name.size() + 4;
     if (length > kMostPath) {
-      const std::string what = "its file's path would be up to " + std::to_string(length) + " bytes, more than the " +
-                               std::to_string(kMostPath) + " a path can take here";
-      return invalid_argument(path + ": tensor '" + std::string(utf8_prefix(t.name, 64)) + "...': " + what +
-                              "; choose a shorter output path, or .safetensors, .npz or .h5");
-    }
-    for (std::size_t slash = t.name.find('/'); slash != std::string::npos; slash = t.name.find('/', slash + 1)) {
-      directories.insert(t.name.substr(0, slash));
+      return invalid_argument(shown + "its file's path would be up to " + std::to_string(length) +
+                              " bytes, more than the " + std::to_string(kMostPath) +
+                              " a path can take here; choose a shorter output path, or .safetensors, .npz or .h5");
     }
   }
   // A name's file, NAME.npy, may not be another name's directory ("x" and "x.npy/y").

@@ -165,9 +165,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
       // The codec's choices (PowerSGD's fallback by size) see the dtype the index will record.
       TensorInfo recorded = t;
-      if (options.error_feedback && options.error_feedback->feedback()) {
-        recorded.dtype = detail::working_dtype(t.dtype);
-      }
+      if (options.error_feedback) recorded.dtype = detail::encoded_dtype(t.dtype, *options.error_feedback);
       auto plan = plan_for(recorded, numel, options, default_plan, report.rules);
       if (!plan) return in_file(plan.status(), inputs[r]);
       progress.tensor = k;

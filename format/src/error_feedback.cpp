@@ -167,6 +167,8 @@ namespace detail {
 
 DType working_dtype(DType d) { return d == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
 
+DType encoded_dtype(DType d, const ErrorFeedback& ef) { return ef.feedback() ? working_dtype(d) : d; }
+
 namespace {
 
 // The whole tensor in the working dtype w: in place where the source holds it so, else read (and
@@ -236,7 +238,7 @@ void add_to_sums(DType d, const std::byte* x, const std::byte* xhat, double* sum
 Result<TensorReport> encode_with_feedback(TensorEncoder& encoder, TensorSource& src, const EncodingPlan& plan,
                                           ErrorFeedback& ef, const std::function<void(uint64_t)>& progress) {
   const TensorInfo& t = src.info();
-  const DType w = ef.feedback() ? working_dtype(t.dtype) : t.dtype;
+  const DType w = encoded_dtype(t.dtype, ef);
   GCZ_ASSIGN_OR_RETURN(uint64_t numel, t.numel());
   const std::size_t wsize = dtype_size(w);
   ScratchBuffer x_buf;
