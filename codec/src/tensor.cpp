@@ -1,5 +1,7 @@
 #include "gcz/tensor.h"
 
+#include <algorithm>
+
 namespace gcz {
 
 std::string_view dtype_name(DType dtype) {
@@ -37,17 +39,21 @@ Result<uint64_t> checked_numel(const Shape& shape) {
     return format_error("rank " + std::to_string(shape.size()) + " exceeds the limit of " +
                         std::to_string(kMaxRank) + " dimensions");
   }
+  // The nonzero dimensions' product is bounded even where a zero dimension makes the tensor empty:
+  // no tensor of elements could have such dimensions, and numpy cannot make an empty array of them.
+  const bool empty = std::find(shape.begin(), shape.end(), uint64_t{0}) != shape.end();
   uint64_t n = 1;
   for (uint64_t d : shape) {
-    if (d == 0) return uint64_t{0};
-  }
-  for (uint64_t d : shape) {
+    if (d == 0) continue;
     auto m = checked_mul(n, d);
     if (!m || *m > kMaxNumel) {
-      return format_error("shape " + shape_to_string(shape) + " has more than 2^48 elements");
+      return format_error(
+          "shape " + shape_to_string(shape) +
+          (empty ? ": the product of its nonzero dimensions exceeds 2^48" : " has more than 2^48 elements"));
     }
     n = *m;
   }
+  if (empty) return uint64_t{0};
   return n;
 }
 

@@ -133,7 +133,14 @@ Status decode_file(const std::string& input, const std::string& output, const De
     progress.tensor = k;
     progress.name = &infos[k].name;
     GCZ_RETURN_IF_ERROR(writer->begin(k));
-    auto sink = [&](const std::byte* data, uint64_t count) { return writer->write(data, count); };
+    // Memory the output's writer runs out of is not the decode's (decode_chunks says that of its own).
+    auto sink = [&](const std::byte* data, uint64_t count) -> Status {
+      try {
+        return writer->write(data, count);
+      } catch (const std::bad_alloc&) {
+        return unsupported(input + ": tensor '" + infos[k].name + "': out of memory writing it to " + output);
+      }
+    };
     GCZ_RETURN_IF_ERROR(decode_chunks(*reader, selected[k], backend, sink, [&](uint64_t done) {
       progress.bytes_done += done;
       if (options.progress) options.progress(progress);

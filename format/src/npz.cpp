@@ -191,7 +191,7 @@ class NpzReader final : public ReaderBase {
  private:
   Result<std::string> current_name(unz_file_info64& fi);
   Status add_member(const std::string& tensor_name, const unz_file_info64& fi);
-  Result<NpyHeader> read_member_header(const std::string& ctx, uint64_t& stream_pos);
+  Result<NpyHeader> read_member_header(const std::string& ctx, const std::string& member_name, uint64_t& stream_pos);
 
   std::shared_ptr<const MappedFile> file_;
   std::shared_ptr<ZipHandle> zip_;
@@ -212,12 +212,22 @@ Result<std::string> NpzReader::current_name(unz_file_info64& fi) {
 
 // Reads the member's npy header through the decompressed stream; also reports where the member's data
 // starts in the archive (meaningful for stored members).
-Result<NpyHeader> NpzReader::read_member_header(const std::string& ctx, uint64_t& stream_pos) {
+Result<NpyHeader> NpzReader::read_member_header(const std::string& ctx, const std::string& member_name,
+                                                uint64_t& stream_pos) {
   if (unzOpenCurrentFile(zip_->zip) != UNZ_OK) return format_error(ctx + ": cannot open the zip member");
   zip_->owner = this;
   stream_pos = unzGetCurrentFileZStreamPos64(zip_->zip);
+  const int extra_size = unzGetLocalExtrafield(zip_->zip, nullptr, 0);
   std::vector<std::byte> buf(kNpyPreambleMax);
   auto result = [&]() -> Result<NpyHeader> {
+    // The member's local header repeats its name just before its extra field and data. minizip checks
+    // that the two names have one length; the bytes must match too, as numpy's reader requires: a
+    // name that differs would give the tensor a name other tools do not see.
+    const uint64_t name_end = stream_pos - static_cast<uint64_t>(std::max(extra_size, 0));
+    if (extra_size < 0 || stream_pos > file_->size() || name_end < member_name.size() ||
+        std::memcmp(file_->data() + (name_end - member_name.size()), member_name.data(), member_name.size()) != 0) {
+      return format_error(ctx + ": the zip member's local header names it differently from the central directory");
+    }
     GCZ_ASSIGN_OR_RETURN(uint64_t got, read_member(zip_->zip, buf.data(), buf.size(), ctx));
     auto pre = parse_npy_preamble(buf.data(), got);
     if (!pre) return pre.status().with_context(ctx);
@@ -247,7 +257,7 @@ Status NpzReader::add_member(const std::string& tensor_name, const unz_file_info
     return Status::ok();
   }
   uint64_t stream_pos = 0;
-  GCZ_ASSIGN_OR_RETURN(NpyHeader header, read_member_header(ctx, stream_pos));
+  GCZ_ASSIGN_OR_RETURN(NpyHeader header, read_member_header(ctx, tensor_name + ".npy", stream_pos));
   if (!header.dtype) {
     skipped_.push_back({tensor_name, header.not_float_reason});
     return Status::ok();

@@ -127,17 +127,29 @@ Result<json> parse_header_json(const std::string& path, const char* text, std::s
   return header;
 }
 
-// Byte ranges must not share bytes (empty ranges may sit anywhere outside other ranges' interiors).
-Status check_no_overlap(const std::string& path, std::vector<Entry>& entries) {
+// The byte ranges tile the data section, as the reference implementation requires: no two share a
+// byte, and every byte belongs to one (no gap between them, none after the last), so a file holds
+// nothing its header does not account for. An empty range may point anywhere in the section.
+Status check_tiling(const std::string& path, std::vector<Entry>& entries, uint64_t data_size) {
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   const Entry* widest = nullptr;  // the entry reaching furthest so far
   for (const Entry& e : entries) {
-    if (widest && e.begin < widest->end && e.end > e.begin) {
+    const uint64_t covered = widest ? widest->end : 0;
+    if (widest && e.begin < covered && e.end > e.begin) {
       return format_error(tensor_context(path, e.name) + ": data_offsets overlap those of tensor '" + widest->name +
                           "'");
     }
+    if (e.begin > covered) {
+      return format_error(tensor_context(path, e.name) + ": data_offsets begin at " + std::to_string(e.begin) +
+                          ", leaving bytes " + std::to_string(covered) + ".." + std::to_string(e.begin - 1) +
+                          " of the data section to no tensor");
+    }
     if (!widest || e.end > widest->end) widest = &e;
+  }
+  if (const uint64_t covered = widest ? widest->end : 0; covered != data_size) {
+    return format_error(path + ": the data section's last " + std::to_string(data_size - covered) +
+                        " bytes (from offset " + std::to_string(covered) + ") belong to no tensor");
   }
   return Status::ok();
 }
@@ -224,7 +236,8 @@ Result<std::unique_ptr<TensorFileReader>> open_safetensors_reader(const std::str
     GCZ_ASSIGN_OR_RETURN(Entry e, parse_entry(path, it.key(), it.value(), file->size() - data_begin));
     entries.push_back(std::move(e));
   }
-  GCZ_RETURN_IF_ERROR(check_no_overlap(path, entries));  // also sorts by offset: the order to read in
+  // Also sorts the entries by offset: the order to read them in.
+  GCZ_RETURN_IF_ERROR(check_tiling(path, entries, file->size() - data_begin));
   auto reader = std::make_unique<SafetensorsReader>(path, file, data_begin);
   for (const Entry& e : entries) reader->add(e);
   return std::unique_ptr<TensorFileReader>(std::move(reader));

@@ -80,10 +80,7 @@ Limits:
   invalid codec parameter, rule ``"unknown-codec"``.
 - A valid file can hold what this reader cannot hand back; it raises ``GczFormatError`` with rule
   ``"reader-limit"`` (not a FORMAT.md rule: the file is valid; ``LIMIT_RULES``), naming the tensor:
-  an empty tensor whose shape numpy cannot hold (``[0, 2**64 - 1]``, ``[2**32, 2**32, 0]``: numpy
-  needs every dimension, and the element size times the product of the nonzero dimensions, to be
-  at most 2^63 - 1), from ``read`` and ``read_bits`` (``verify`` still checks such a tensor); and a
-  tensor whose decoding would take more than ``MAX_DECODE_BYTES`` bytes at its peak (its element
+  a tensor whose decoding would take more than ``MAX_DECODE_BYTES`` bytes at its peak (its element
   count times the codec's ``PEAK_BYTES_PER_ELEMENT``, 18 to 54; default: the machine's physical
   memory, or the limit of this process's cgroup (v2, or v1's memory controller) or one above it
   where lower; ``None``: no limit), or whose decoding runs out of memory, from
@@ -157,7 +154,7 @@ RULES = (
 # (`gcz verify` decodes every tensor).
 DECODE_RULES = ("bad-stream-data",)
 # Not a FORMAT.md rule: a valid file holds what this reader cannot hand back (see the module
-# docstring: a shape numpy cannot hold, a tensor too large for memory).
+# docstring: a tensor too large for memory).
 LIMIT_RULES = ("reader-limit",)
 
 MAX_SPEC_DEPTH = 64      # value codecs nested in value codecs, at most (CODECS.md, "Value codecs")
@@ -1579,11 +1576,13 @@ class GczFile:
             raise GczFormatError("bad-dtype", f"unknown dtype {dtype!r}", name)
         if len(shape) > MAX_DIMS:
             raise GczFormatError("bad-shape", f"{len(shape)} dimensions, more than 32", name)
-        numel = 1
+        nonzero = 1  # bounded even for an empty tensor, whose numel is 0
         for d in shape:
-            numel *= d
-        if numel > MAX_NUMEL:
-            raise GczFormatError("bad-shape", f"shape {shape} has more than 2^48 elements", name)
+            nonzero *= d or 1
+        if nonzero > MAX_NUMEL:
+            why = (f"shape {shape}: the product of its nonzero dimensions exceeds 2^48"
+                   if 0 in shape else f"shape {shape} has more than 2^48 elements")
+            raise GczFormatError("bad-shape", why, name)
         if rng != RNG:
             raise GczFormatError("unknown-codec", f"unknown rng {rng!r} (the format has {RNG})", name)
         stages, spec = _validate_chain(chain, name)
@@ -1712,10 +1711,9 @@ class GczFile:
 
     def read_bits(self, name: str) -> np.ndarray:
         """The decoded tensor as raw bit patterns: uint16 (float16/bfloat16), uint32, uint64. A
-        shape numpy cannot hold, or a tensor too large to decode, raises rule ``reader-limit``."""
+        tensor too large to decode raises rule ``reader-limit``."""
         info = self.info(name)
-        shape = _array_shape(info, FMTS[info.dtype].itemsize)
-        return self._decode_flat(info).reshape(shape)
+        return self._decode_flat(info).reshape(info.shape)
 
     def read(self, name: str, widen: bool = False) -> np.ndarray:
         """The decoded tensor in its original dtype (C order, its shape).
@@ -1725,10 +1723,10 @@ class GczFile:
         """
         info = self.info(name)
         if info.dtype == "bfloat16" and widen:
-            shape = _array_shape(info, 4)
             flat = self._decode_flat(info)
             with _memory_guard(info, info.numel * 4):
-                return convert_bits(flat, "bfloat16", "float32").view(np.float32).reshape(shape)
+                wide = convert_bits(flat, "bfloat16", "float32").view(np.float32)
+                return wide.reshape(info.shape)
         bits = self.read_bits(name)
         if info.dtype == "bfloat16":
             return bits
@@ -1745,7 +1743,7 @@ class GczFile:
                 self._read_stream(info, s)
                 pos = s.offset + s.length
                 nstreams += 1
-            self._decode_flat(info)  # flat: also a tensor whose shape numpy cannot hold
+            self._decode_flat(info)
         self._check_padding(pos, self.index_offset, None)
         return {"tensors": len(self._infos), "streams": nstreams, "bytes": self.file_size}
 
@@ -1759,28 +1757,6 @@ class GczFile:
 
     def __repr__(self) -> str:
         return f"GczFile({self.path!r}, {len(self._infos)} tensors)"
-
-
-_NP_MAX = int(np.iinfo(np.intp).max)
-
-
-def _array_shape(info: TensorInfo, itemsize: int) -> Tuple[int, ...]:
-    """The tensor's shape, if numpy can hold it for elements of `itemsize` bytes: every dimension,
-    and itemsize times the product of the nonzero ones, at most 2^63 - 1 (on 64-bit systems). Only
-    an empty tensor can be beyond that (its nonzero dimensions are not limited by the 2^48
-    elements); it raises `reader-limit`."""
-    nbytes = itemsize
-    for d in info.shape:
-        if d > _NP_MAX:
-            break
-        nbytes *= d or 1
-    else:
-        if nbytes <= _NP_MAX:
-            return info.shape
-    raise GczFormatError(
-        "reader-limit", f"numpy cannot hold the shape {list(info.shape)} ({info.numel} elements): "
-        f"it needs every dimension, and {itemsize} bytes times the product of the nonzero ones, to "
-        f"be at most {_NP_MAX} (the file is valid: verify() checks this tensor)", info.name)
 
 
 @contextlib.contextmanager

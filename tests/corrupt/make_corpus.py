@@ -368,6 +368,8 @@ def make_gcz_corpus() -> None:
         "shape [2^32, 2^32, 2^32]: the element count overflows 64 bits")
     add("bad-shape-overflow-wrap", base(edit=edit_tensor(0, lambda t: set_key(t, "shape", [1 << 32, 1 << 32, 6]))),
         "shape [2^32, 2^32, 6]: the element count wraps to 0 in 64 bits")
+    add("bad-shape-empty-huge-dim", base(edit=edit_tensor(0, lambda t: set_key(t, "shape", [0, (1 << 48) + 1]))),
+        "shape [0, 2^48 + 1]: no elements, but a dimension past 2^48")
 
     # -- codec chain, streams --------------------------------------------------------------------
     add("unknown-codec", base(a=a_with(tensor={"codec": fp16(name="fp17")})), "element codec 'fp17'")
@@ -489,6 +491,8 @@ def make_inputs() -> None:
     INPUTS["npy-short-payload.npy"] = (full + bytes(20), "shape (4, 4) of `<f4` needs 64 payload bytes; 20 follow", 4, [])
     INPUTS["npy-overflow-shape.npy"] = (npy_header("<f4", (1 << 40, 1 << 40, 1 << 40)),
                                         "shape (2^40, 2^40, 2^40): the element count overflows", 4, [])
+    INPUTS["npy-empty-huge-dim.npy"] = (npy_header("<f4", (0, (1 << 64) - 1)),
+                                        "shape (0, 2^64 - 1): no elements, but a dimension numpy cannot hold", 4, [])
     INPUTS["npy-int-dtype.npy"] = (npy_header("<i8", (2,)) + np.arange(2, dtype="<i8").tobytes(),
                                    "an int64 (`<i8`) array: not floating", 5, [])
     INPUTS["st-header-too-long.safetensors"] = (safetensors(b"{}", b"", declared=1000),
@@ -500,6 +504,13 @@ def make_inputs() -> None:
                                                      "data_offsets [0, 12] for shape [2, 2] of F32 (16 bytes)", 4, [])
     h = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4, 8]}}).encode()
     INPUTS["st-offsets-not-pair.safetensors"] = (safetensors(h, bytes(8)), "data_offsets [0, 4, 8]: not a pair", 4, [])
+    h = json.dumps({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                    "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}}).encode()
+    INPUTS["st-offsets-gap.safetensors"] = (safetensors(h, bytes(12)),
+                                            "data_offsets [0, 4] and [8, 12]: bytes 4..7 belong to no tensor", 4, [])
+    h = json.dumps({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    INPUTS["st-trailing-bytes.safetensors"] = (safetensors(h, bytes(7)),
+                                               "data_offsets [0, 4] in a 7-byte data section", 4, [])
     INPUTS["st-bad-json.safetensors"] = (safetensors(b'{"w": {"dtype": "F32", ', bytes(8)),
                                          "the header is not valid JSON", 4, [])
     INPUTS["empty.npz"] = (b"", "an empty file named .npz (no zip central directory)", 4, [])
@@ -512,6 +523,12 @@ def make_inputs() -> None:
     at = bytes(data).index(bytes(member)) + len(member) - 2
     data[at] ^= 0x40
     INPUTS["npz-stored-bad-crc.npz"] = (bytes(data), "a stored member whose data no longer matches its CRC-32", 4, [])
+    # The same member, intact, whose local header names it b.npy where the central directory says a.npy.
+    data = bytearray(buf.getvalue())
+    at = bytes(data).index(b"a.npy")  # the local header comes first
+    data[at] = ord("b")
+    INPUTS["npz-local-name-differs.npz"] = (bytes(data), "the member's local header names it b.npy, the central "
+                                            "directory a.npy", 4, [])
     INPUTS["raw-size-mismatch.bin"] = (np.arange(5, dtype="<f4").tobytes(),
                                        "20 bytes, where f32 of shape 3,3 needs 36", 4,
                                        ["--dtype", "f32", "--shape", "3,3"])

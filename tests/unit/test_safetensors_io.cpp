@@ -220,6 +220,25 @@ TEST_F(SafetensorsTest, RejectsBadOffsets) {
   expect_format_error(
       with({{"a", entry("F32", {1, 1}, 0, 4)}, {"b", entry("F32", {uint64_t{1} << 40, uint64_t{1} << 40}, 4, 8)}}, 8),
       "2^48");
+  // The ranges tile the data section, as the reference implementation requires: no gap before,
+  // between or after them. An empty tensor's range may point anywhere in it.
+  expect_format_error(with({{"a", entry("F32", {1}, 4, 8)}}, 8),
+                      "tensor 'a': data_offsets begin at 4, leaving bytes 0..3");
+  expect_format_error(with({{"a", entry("F32", {1}, 0, 4)}, {"b", entry("F32", {1}, 8, 12)}}, 12),
+                      "tensor 'b': data_offsets begin at 8, leaving bytes 4..7 of the data section to no tensor");
+  expect_format_error(with({{"a", entry("F32", {1}, 0, 4)}}, 7), "the data section's last 3 bytes (from offset 4)");
+  expect_format_error(with(json::object(), 2), "the data section's last 2 bytes (from offset 0)");
+  EXPECT_TRUE(open_tensor_file(
+      write(
+          "empty_inside.safetensors",
+          with({{"a", entry("F32", {2}, 0, 8)}, {"e", entry("F32", {0, 3}, 4, 4)}, {"z", entry("F32", {0}, 8, 8)}}, 8)),
+      {}));
+  // An empty tensor's nonzero dimensions are bounded as a full tensor's are.
+  expect_format_error(with({{"e", entry("F32", {0, (uint64_t{1} << 48) + 1}, 0, 0)}}, 0),
+                      "the product of its nonzero dimensions exceeds 2^48");
+  EXPECT_TRUE(open_tensor_file(write("empty_at_limit.safetensors",
+                                     with({{"e", entry("F32", {uint64_t{1} << 24, 0, uint64_t{1} << 24}, 0, 0)}}, 0)),
+                               {}));
 }
 
 std::string file_bytes(const std::string& path) {

@@ -35,7 +35,8 @@ inline constexpr uint64_t kMaxNumel = uint64_t{1} << 48;
 // Largest number of dimensions gcz accepts.
 inline constexpr std::size_t kMaxRank = 32;
 
-// Product of the dimensions, or an error if it exceeds kMaxNumel or the rank exceeds kMaxRank.
+// Product of the dimensions, or an error if the product of the nonzero ones exceeds kMaxNumel (an empty
+// tensor too) or the rank exceeds kMaxRank.
 // A 0-d shape has one element; a shape with a zero dimension has none.
 Result<uint64_t> checked_numel(const Shape& shape);
 std::string shape_to_string(const Shape& shape);  // "[256, 128]"
