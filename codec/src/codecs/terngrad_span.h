@@ -1,7 +1,8 @@
-// The CPU loops of TernGrad: the moments behind the scale (count, max|x|, shifted sums for sigma), the
-// trits of one span and their packing, and the way back. Compiled for SSE2 and AVX2 with the choice
-// made at run time; both give the same bytes (the same float operations in the same order; the one
-// fused multiply-add, x * 1 - K, rounds once like the subtraction it stands for).
+// The CPU loops of TernGrad: the moments behind the scale (count, max|x|, shifted sums for sigma;
+// terngrad_moments.cpp), the trits of one span and their packing, and the way back (terngrad_span.cpp).
+// Compiled for SSE2 and AVX2 with the choice made at run time; both give the same bytes (the same float
+// operations in the same order; the one fused multiply-add, x * 1 - K, rounds once like the subtraction
+// it stands for).
 //
 //   TernGradMoments m;
 //   terngrad_add_moments(x, n, m);                  // any number of times, whole 256-blocks but the last
