@@ -26,6 +26,7 @@ import io
 import json
 import struct
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -493,6 +494,14 @@ def make_inputs() -> None:
                                         "shape (2^40, 2^40, 2^40): the element count overflows", 4, [])
     INPUTS["npy-empty-huge-dim.npy"] = (npy_header("<f4", (0, (1 << 64) - 1)),
                                         "shape (0, 2^64 - 1): no elements, but a dimension numpy cannot hold", 4, [])
+    one = np.ones((1,) * 32, dtype="<f4").tobytes()
+    INPUTS["npy-one-byte-short.npy"] = (npy_header("<f4", (1,) * 32) + one[:-1],
+                                        "shape (1,) * 32 of `<f4` needs 4 payload bytes; 3 follow", 4, [])
+    INPUTS["npy-rank-33.npy"] = (npy_header("<f4", (1,) * 33) + one,
+                                 "33 dimensions, one more than a `.gcz` holds (numpy reads it)", 4, [])
+    v11 = bytearray(npy_header("<f4", (1,)) + one)
+    v11[7] = 1
+    INPUTS["npy-version-1-1.npy"] = (bytes(v11), "format version 1.1 (numpy knows 1.0, 2.0 and 3.0)", 5, [])
     INPUTS["npy-int-dtype.npy"] = (npy_header("<i8", (2,)) + np.arange(2, dtype="<i8").tobytes(),
                                    "an int64 (`<i8`) array: not floating", 5, [])
     INPUTS["st-header-too-long.safetensors"] = (safetensors(b"{}", b"", declared=1000),
@@ -529,6 +538,25 @@ def make_inputs() -> None:
     data[at] = ord("b")
     INPUTS["npz-local-name-differs.npz"] = (bytes(data), "the member's local header names it b.npy, the central "
                                             "directory a.npy", 4, [])
+
+    def npz(members, method=zipfile.ZIP_STORED) -> bytes:
+        out = io.BytesIO()
+        with warnings.catch_warnings(), zipfile.ZipFile(out, "w", method) as z:
+            warnings.simplefilter("ignore")  # a name twice
+            for name, data in members:
+                z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data, compress_type=method)
+        return out.getvalue()
+
+    INPUTS["npz-member-trailing-bytes.npz"] = (npz([("a.npy", bytes(member) + b"junk")]),
+                                               "a member holds 4 bytes past what its npy header needs (numpy "
+                                               "reads it)", 4, [])
+    INPUTS["npz-duplicate-member.npz"] = (npz([("a.npy", bytes(member))] * 2), "member a.npy twice (numpy "
+                                          "reads one)", 4, [])
+    crc = struct.pack("<I", zipfile.crc32(bytes(member)))
+    data = npz([("a.npy", bytes(member))], zipfile.ZIP_DEFLATED)
+    assert data.count(crc) == 2  # the local header's and the central directory's
+    INPUTS["npz-deflated-bad-crc.npz"] = (data.replace(crc, struct.pack("<I", zipfile.crc32(bytes(member)) ^ 1)),
+                                          "a deflated member whose CRC-32 does not match its data", 4, [])
     INPUTS["raw-size-mismatch.bin"] = (np.arange(5, dtype="<f4").tobytes(),
                                        "20 bytes, where f32 of shape 3,3 needs 36", 4,
                                        ["--dtype", "f32", "--shape", "3,3"])

@@ -723,12 +723,22 @@ def write_safetensors(path: Path, tensors: Dict[str, np.ndarray]) -> None:
     path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def popen_interruptible(args, **kwargs) -> subprocess.Popen:
+    """Starts gcz with SIGINT at its default action, which a shell gives background jobs as ignored
+    (gcz leaves an ignored SIGINT ignored, so a test that interrupts it would wait for its end)."""
+    import signal
+
+    def default_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    return subprocess.Popen([str(GCZ), *map(str, args)], preexec_fn=default_sigint, **kwargs)
+
+
 def interrupt_when(args, where: Path, pattern: str, too_late: str) -> None:
     """Runs gcz with `args`, sends it SIGINT once a file matching `pattern` appears in `where`, and
     checks that the signal ended it (skipping, saying `too_late`, if gcz finished first)."""
     import signal
     import time
-    p = subprocess.Popen([str(GCZ), *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = popen_interruptible(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not list(where.glob(pattern)) and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -1722,6 +1732,41 @@ def test_norm_ratio_warnings_name_five_tensors_and_count_the_rest(tmp_path):
                          "has every tensor's)"], r.stderr
 
 
+def test_the_norm_ratio_warning_is_below_0_9_and_not_above(tmp_path):
+    """Top-K of k of 100 equal values keeps a norm ratio of sqrt(k / 100): 0.883 for k = 78 is
+    warned of, 0.911 for k = 83 is not."""
+    np.save(tmp_path / "t.npy", np.ones(100, np.float32))
+    for k, warned in ((78, True), (83, False)):
+        r = gcz("eval", tmp_path / "t.npy", "-c", f"topk:k={k}", "--json", check=True)
+        ratio = json.loads(r.stdout)["tensors"][0]["metrics"]["norm_ratio"]
+        assert abs(ratio - math.sqrt(k / 100)) < 1e-6, ratio
+        assert ("norm ratio" in r.stderr) == warned, (k, r.stderr)
+
+
+def test_an_npz_member_longer_than_its_array_is_refused_for_its_length():
+    """Its CRC-32, over all its bytes, is right: the length is what is wrong, and the error says so."""
+    src = CORRUPT / "inputs" / "npz-member-trailing-bytes.npz"
+    r = gcz("eval", src, "-c", "fp16")
+    assert r.returncode == EXIT_BAD_INPUT, r.stderr
+    assert error_line(r) == (f"gcz: error: {src}: tensor 'a': the zip member holds 148 bytes, but its npy header "
+                             "(shape [4], <f4) needs 144"), r.stderr
+
+
+def test_an_encrypted_npz_member_is_noted_as_skipped(tmp_path):
+    """An encrypted member is not read (gcz has no password to give it), but named in a note, and
+    the archive's other members are encoded."""
+    np.savez(tmp_path / "g.npz", a=np.ones(4, np.float32), b=np.arange(4, dtype=np.float32))
+    data = bytearray((tmp_path / "g.npz").read_bytes())
+    local, central = data.index(b"PK\x03\x04"), data.index(b"PK\x01\x02")  # a.npy's headers come first
+    assert data[local + 30:local + 35] == b"a.npy" and data[central + 46:central + 51] == b"a.npy"
+    data[local + 6] |= 1  # general-purpose flag bit 0: encrypted
+    data[central + 8] |= 1
+    (tmp_path / "enc.npz").write_bytes(bytes(data))
+    r = gcz("eval", tmp_path / "enc.npz", "-c", "fp16", "--json", check=True)
+    assert [t["name"] for t in json.loads(r.stdout)["tensors"]] == ["b"]
+    assert f"gcz: note: skipped {tmp_path / 'enc.npz'}: a: the zip member is encrypted" in r.stderr, r.stderr
+
+
 def test_an_interrupted_decode_to_a_directory_leaves_nothing(tmp_path):
     import signal
     import time
@@ -1733,8 +1778,8 @@ def test_an_interrupted_decode_to_a_directory_leaves_nothing(tmp_path):
 
     left = []
     for _ in range(3):
-        p = subprocess.Popen([str(GCZ), "decode", str(tmp_path / "many.gcz"), "-o", str(tmp_path / "out") + "/"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = popen_interruptible(["decode", tmp_path / "many.gcz", "-o", str(tmp_path / "out") + "/"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Interrupted with thousands of files written and more coming: the removal races the writer.
         deadline = time.monotonic() + 60
         while written() < 2000 and p.poll() is None and time.monotonic() < deadline:

@@ -110,7 +110,12 @@ TEST(ErrorFeedback, SparsifiedSumsConvergeWithFeedbackOnly) {
   EXPECT_LT(rel_with, 0.6 * rel_without) << rel_with << " vs " << rel_without;
 }
 
-TEST(ErrorFeedback, PowerSgdQIsCarriedAndSaved) {
+std::string file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+TEST(ErrorFeedback, PowerSgdQIsSavedAndWarmStartsTheNextStep) {
   const fs::path d = temp_dir("powersgd");
   ErrorFeedback ef;
   EncodeOptions o;
@@ -129,6 +134,21 @@ TEST(ErrorFeedback, PowerSgdQIsCarriedAndSaved) {
   auto back = ErrorFeedback::load((d / "ef.gcz").string());
   ASSERT_TRUE(back);
   EXPECT_EQ(back->find("w")->state->values, w->state->values);
+
+  // The next step warm-starts from that Q: from the same residuals it encodes otherwise once the Q is
+  // gone (the encode then starts from Q0), and the same again with it.
+  const fs::path step = write_step(d, 1, 64);
+  auto encode_step = [&](bool keep_q, const std::string& out) {
+    auto ef = ErrorFeedback::load((d / "ef.gcz").string());
+    EXPECT_TRUE(ef) << ef.status().message();
+    if (!keep_q) ef->find("w")->state.reset();
+    o.error_feedback = &*ef;
+    EXPECT_TRUE(encode_files({step.string()}, (d / out).string(), o));
+    return file_bytes(d / out);
+  };
+  const std::string warm = encode_step(true, "warm.gcz");
+  EXPECT_NE(encode_step(false, "cold.gcz"), warm);
+  EXPECT_EQ(encode_step(true, "warm_again.gcz"), warm);
 }
 
 TEST(ErrorFeedback, StateFileRoundTripsAndIsAnOrdinaryGcz) {
@@ -310,11 +330,6 @@ TEST(ErrorFeedback, SumsRestartWhenTheShapeChangesButNotTheElementCount) {
   for (std::size_t i = 0; i < 32; ++i) {
     ASSERT_EQ(w->sum_x[i], static_cast<double>(1e-3f * static_cast<float>(i + 1))) << i;
   }
-}
-
-std::string file_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
 // Two runs that use one state file at once both start from the same state: the first to save

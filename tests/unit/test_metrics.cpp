@@ -60,6 +60,28 @@ TEST(Metrics, ZeroAndLosslessConventions) {
   EXPECT_TRUE(std::isinf(m.snr_db));
 }
 
+// A zero x decoded as nonzero is no perfect result: its relative error and norm ratio are infinite.
+TEST(Metrics, AZeroInputDecodedAsNonzero) {
+  const std::vector<float> x(4, 0.0f), y = {0.0f, 0.5f, 0.0f, -0.5f};
+  MetricsAccumulator acc;
+  acc.add(DType::kFloat32, x.data(), y.data(), x.size());
+  const Metrics m = acc.finish(16, 8);
+  EXPECT_TRUE(std::isinf(m.rel_l2) && m.rel_l2 > 0);
+  EXPECT_TRUE(std::isinf(m.norm_ratio) && m.norm_ratio > 0);
+  EXPECT_EQ(m.cosine, 0.0);
+  EXPECT_TRUE(std::isinf(m.snr_db) && m.snr_db < 0);
+  EXPECT_EQ(m.max_abs_error, 0.5);
+}
+
+// The mean error is over the finite elements of x, the ones measured.
+TEST(Metrics, MeanErrorIsOverTheFiniteInputs) {
+  const std::vector<float> x = {1.0f, std::nanf(""), 3.0f, std::numeric_limits<float>::infinity(), 5.0f};
+  const std::vector<float> y = {2.0f, 0.0f, 3.0f, 0.0f, 7.0f};  // errors 1, 0, 2 where x is finite
+  MetricsAccumulator acc;
+  acc.add(DType::kFloat32, x.data(), y.data(), x.size());
+  EXPECT_DOUBLE_EQ(acc.finish(20, 10).mean_error, 1.0);
+}
+
 TEST(Metrics, NonFiniteInputIsCountedAndExcluded) {
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> x = {1.0f, std::nanf(""), inf, 2.0f};

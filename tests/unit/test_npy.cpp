@@ -245,6 +245,24 @@ TEST_F(NpyTest, RejectsTruncatedPayload) {
   const Status s = open_error("p.npy", npy_bytes(dict_for("<f4", "(2, 3)"), bytes_of(std::vector<float>{1, 2, 3})));
   EXPECT_EQ(s.code(), StatusCode::kFormatError);
   EXPECT_NE(s.message().find("payload truncated"), std::string::npos) << s.message();
+  // One byte short of the last element.
+  const std::string whole = bytes_of(std::vector<float>{1, 2, 3, 4, 5, 6});
+  const Status one = open_error("p.npy", npy_bytes(dict_for("<f4", "(2, 3)"), whole.substr(0, whole.size() - 1)));
+  EXPECT_NE(one.message().find("23 bytes after the header, but shape [2, 3] of <f4 needs 24"), std::string::npos)
+      << one.message();
+}
+
+// 32 dimensions, what a .gcz holds, are read; 33 are refused (numpy has allowed 64 since 2.0).
+TEST_F(NpyTest, ReadsThirtyTwoDimensionsAndRefusesThirtyThree) {
+  std::string ones = "(1,";
+  for (int i = 1; i < 32; ++i) ones += " 1,";
+  auto r32 = open_ok(write("r32.npy", npy_bytes(dict_for("<f4", ones + ")"), bytes_of(std::vector<float>{7}))));
+  ASSERT_TRUE(r32);
+  EXPECT_EQ(r32->tensors()[0].shape, Shape(32, 1));
+  EXPECT_EQ(read_all<float>(*r32, 0), std::vector<float>{7});
+  const Status s = open_error("r33.npy", npy_bytes(dict_for("<f4", ones + " 1)"), bytes_of(std::vector<float>{7})));
+  EXPECT_EQ(s.code(), StatusCode::kFormatError);
+  EXPECT_NE(s.message().find("33 dimensions, more than 32"), std::string::npos) << s.message();
 }
 
 TEST_F(NpyTest, RejectsAbsurdShapes) {

@@ -430,6 +430,8 @@ TEST(Qsgd, HugeTinyAndSubnormalMagnitudes) {
     for (std::size_t i = 0; i < sub.size(); ++i) {
       ASSERT_TRUE(std::isfinite(ys[i]));
       EXPECT_LE(std::fabs(double(ys[i]) - sub[i]), std::ldexp(1.0, -120) / 127) << spec;
+      if (sub[i] == 0.0f) EXPECT_EQ(ys[i], 0.0f) << spec;  // level 0, and no sign but x's
+      if (ys[i] != 0.0f) EXPECT_EQ(std::signbit(ys[i]), std::signbit(sub[i])) << spec << " " << i;
     }
   }
 }

@@ -217,6 +217,11 @@ TEST_F(SafetensorsTest, RejectsBadOffsets) {
   expect_format_error(with({{"a", entry("F32", {4}, 0, 12)}}, 16), "needs 16");
   expect_format_error(with({{"a", entry("I64", {4}, 0, 8)}}, 16), "needs 32");  // checked for skipped dtypes too
   expect_format_error(with({{"a", entry("F32", {2}, 0, 8)}, {"b", entry("F32", {2}, 4, 12)}}, 16), "overlap");
+  // At the boundaries: one byte shared, one byte past the end (of a dtype whose size gcz does not know).
+  expect_format_error(with({{"a", entry("U8", {8}, 0, 8)}, {"b", entry("U8", {8}, 7, 15)}}, 15),
+                      "tensor 'b': data_offsets overlap those of tensor 'a'");
+  expect_format_error(with({{"a", entry("F32", {1}, 0, 4)}, {"b", entry("I4", {2}, 4, 9)}}, 8),
+                      "tensor 'b': data_offsets [4, 9] run past the data section (8 bytes)");
   expect_format_error(
       with({{"a", entry("F32", {1, 1}, 0, 4)}, {"b", entry("F32", {uint64_t{1} << 40, uint64_t{1} << 40}, 4, 8)}}, 8),
       "2^48");

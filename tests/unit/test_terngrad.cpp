@@ -287,6 +287,17 @@ TEST(TernGrad, ClippingToCSigma) {
   for (uint64_t g = 1; g < 4; ++g) EXPECT_LT(scale_of(eg, g), 0.1f);
 }
 
+// The scale rule itself (host and device share it): clip 0 never clips, whatever sigma is given.
+TEST(TernGrad, ScaleFromStatsClipsOnlyForAPositiveClipAndSigma) {
+  using detail::terngrad::scale_from_stats;
+  EXPECT_EQ(scale_from_stats(5.0f, 0.01, 0.0), 5.0f);
+  EXPECT_EQ(scale_from_stats(5.0f, 0.01, 2.5), static_cast<float>(2.5 * 0.01));
+  EXPECT_EQ(scale_from_stats(5.0f, 0.0, 2.5), 5.0f);         // a constant: nothing to clip
+  EXPECT_EQ(scale_from_stats(5.0f, 10.0, 2.5), 5.0f);        // c * sigma above the max
+  EXPECT_EQ(scale_from_stats(1e-40f, 0.0, 0.0), 0x1p-120f);  // raised to the smallest scale
+  EXPECT_EQ(scale_from_stats(0.0f, 0.0, 2.5), 0.0f);
+}
+
 TEST(TernGrad, DeterministicRoundingIsNearest) {
   const std::vector<float> x = gaussian(999, 47);
   auto c = make("terngrad:rounding=deterministic,clip=0,scale=group,group=100");
