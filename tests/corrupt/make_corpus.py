@@ -426,6 +426,8 @@ def make_gcz_corpus() -> None:
         "a 1-byte zstd stream of size 131074 (more than 65536 x length)")
     add("stream-checksum", base(a=a_with(xxh3=xxh3(A_VALUES) ^ (1 << 63))),
         "the raw stream's xxh3 has its top bit flipped", "read")
+    add("stream-checksum-empty", base(a=tensor("layer0.weight", "float32", [0, 3], fp16(), [stream(b"", xxh3=xxh3(b"") ^ 1)])),
+        "an empty tensor's stream of no bytes, its xxh3 one bit off that of no bytes", "read")
     add("stream-checksum-zstd", base(b=tensor("layer0.bias", "float16", [40], fp16(3),
                                               [stream(B_FRAME, 80, "zstd", xxh3=xxh3(B_FRAME) ^ 1)])),
         "the zstd stream's xxh3 has its lowest bit flipped", "read")
