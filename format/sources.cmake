@@ -8,5 +8,6 @@ target_sources(gcz PRIVATE
   format/src/file_util.cpp
   format/src/glob.cpp
   format/src/index_json.cpp
+  format/src/mapped_file.cpp
   format/src/tensor_encoder.cpp)
 include(format/io_sources.cmake)

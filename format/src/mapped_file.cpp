@@ -1,0 +1,111 @@
+// Inputs' side of the file helpers: the read-only mapping of a whole file, and the memory this process
+// may use, which what is decoded at once is checked against. (Outputs' side is file_util.cpp.)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "file_util.h"
+
+namespace gcz::detail {
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+uint64_t memory_limit_bytes() {
+  uint64_t most = physical_memory_bytes();
+  auto bound = [&](uint64_t limit) { most = most == 0 ? limit : std::min(most, limit); };
+  for (const int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit r {};
+    if (::getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY) bound(static_cast<uint64_t>(r.rlim_cur));
+  }
+  // /proc/self/cgroup: "ID:CONTROLLERS:/PATH" lines; v2's has no controllers.
+  std::ifstream groups("/proc/self/cgroup");
+  for (std::string line; std::getline(groups, line);) {
+    const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::filesystem::path dir;
+    std::string name;
+    if (controllers.empty()) {
+      dir = "/sys/fs/cgroup", name = "memory.max";
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      dir = "/sys/fs/cgroup/memory", name = "memory.limit_in_bytes";
+    } else {
+      continue;
+    }
+    // The cgroup and every one above it ("max" is no limit).
+    std::vector<std::filesystem::path> places{dir};
+    for (const auto& part : std::filesystem::path(line.substr(b + 1)).relative_path()) {
+      places.push_back(places.back() / part);
+    }
+    for (const auto& place : places) {
+      std::ifstream f(place / name);
+      std::string text;
+      if (f >> text && !text.empty() && text.find_first_not_of("0123456789") == std::string::npos && text.size() < 20) {
+        bound(std::stoull(text));
+      }
+    }
+  }
+  return most;
+}
+
+Status not_a_regular_file(const std::string& path) {
+  return io_error(path + ": not a regular file (gcz maps its inputs into memory: no pipes or devices)");
+}
+
+Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
+  // Checked before the open, which for a device may do something, and for a pipe with no writer would
+  // wait for one (O_NONBLOCK: the type may change between the two).
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) return not_a_regular_file(path);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return io_error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return io_error(path + ": cannot stat: " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return not_a_regular_file(path);
+  }
+  std::unique_ptr<MappedFile> m(new MappedFile());
+  m->path_ = path;
+  m->size_ = static_cast<uint64_t>(st.st_size);
+  if (m->size_ > 0) {
+    void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      return io_error(path + ": cannot map: " + std::strerror(errno));
+    }
+    m->data_ = static_cast<std::byte*>(p);
+  }
+  ::close(fd);
+  return m;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+void MappedFile::release(uint64_t begin, uint64_t end) const {
+  if (!data_) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t b = (begin + page - 1) / page * page;
+  const uint64_t e = (end < size_ ? end : size_) / page * page;
+  if (e > b) ::madvise(data_ + b, e - b, MADV_DONTNEED);
+}
+
+}  // namespace gcz::detail
