@@ -600,18 +600,89 @@ TEST(PowerSgd, PlanSendsWhatWouldNotShrinkToTheFallback) {
   Status s = c->encode(bias, x.data(), 0, 64, out);
   EXPECT_FALSE(s);
   EXPECT_NE(s.message().find("fallback 'fp16'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("it has fewer than 2 dimensions"), std::string::npos) << s.message();
   EXPECT_FALSE(c->stream_size(bias, 0, 0, 64));
+}
+
+// powersgd.md, step 3, written out from the text: for c = 0..r-1, the projections onto columns
+// 0..c-1 subtracted twice in a row, then the column divided by its norm, or zeroed where the norm is
+// at most 1e-8 of the largest column norm before any of this. Dot products in index order from +0.
+std::vector<double> orthonormalized_as_documented(std::vector<double> v, uint64_t n, uint64_t r) {
+  auto dot = [&](uint64_t a, uint64_t b) {
+    double s = 0.0;
+    for (uint64_t i = 0; i < n; ++i) s = s + v[a * n + i] * v[b * n + i];
+    return s;
+  };
+  double largest = 0.0;
+  for (uint64_t c = 0; c < r; ++c) largest = std::max(largest, std::sqrt(dot(c, c)));
+  for (uint64_t c = 0; c < r; ++c) {
+    for (int twice = 0; twice < 2; ++twice) {
+      for (uint64_t k = 0; k < c; ++k) {
+        const double d = dot(k, c);
+        for (uint64_t i = 0; i < n; ++i) v[c * n + i] = v[c * n + i] - d * v[k * n + i];
+      }
+    }
+    const double norm = std::sqrt(dot(c, c));
+    for (uint64_t i = 0; i < n; ++i) v[c * n + i] = norm > 1e-8 * largest ? v[c * n + i] / norm : 0.0;
+  }
+  return v;
+}
+
+// The orthonormalization is the documented loop to the bit, on columns close to dependent (where a
+// single pass or another order would round otherwise), and keeps them orthogonal to float64 rounding.
+TEST(PowerSgd, OrthonormalizationIsTheDocumentedLoop) {
+  const uint64_t n = 64, r = 4;
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal;
+  std::vector<double> v(n * r);
+  for (uint64_t i = 0; i < n; ++i) {
+    const double base = normal(rng);
+    for (uint64_t c = 0; c < r; ++c) v[c * n + i] = base + 1e-6 * static_cast<double>(c) * normal(rng);
+  }
+  const std::vector<double> want = orthonormalized_as_documented(v, n, r);
+  detail::powersgd_orthonormalize(v.data(), n, r);
+  for (uint64_t i = 0; i < n * r; ++i) ASSERT_EQ(v[i], want[i]) << i;
+  for (uint64_t a = 0; a < r; ++a) {
+    for (uint64_t b = 0; b <= a; ++b) {
+      double s = 0.0;
+      for (uint64_t i = 0; i < n; ++i) s += v[a * n + i] * v[b * n + i];
+      EXPECT_NEAR(s, a == b ? 1.0 : 0.0, 1e-12) << a << " " << b;
+    }
+  }
+  // A column whose norm is exactly the threshold, 1e-8 of the largest, is zeroed; a little above, kept.
+  for (const double scale : {1.0, 1.0 + 1e-12}) {
+    std::vector<double> w = {1.0, 0.0, 0.0, 1e-8 * scale};  // two columns of two
+    ASSERT_EQ(std::sqrt(w[3] * w[3]), w[3]);
+    detail::powersgd_orthonormalize(w.data(), 2, 2);
+    EXPECT_EQ(w[3], scale == 1.0 ? 0.0 : 1.0) << scale;
+  }
+}
+
+// k = floor((e + eq - ep) / 2), rounding toward minus infinity for odd negative sums too.
+TEST(PowerSgd, BalanceShiftIsTheFloorOfHalf) {
+  for (const auto& [s, k] :
+       std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {2, 1}, {3, 1}, {-1, -1}, {-2, -1}, {-3, -2}}) {
+    EXPECT_EQ(detail::powersgd_balance_shift(s, 0, 0), k) << s;
+    EXPECT_EQ(detail::powersgd_balance_shift(0, 5, s + 5), k) << s;  // the same sum from eq - ep
+  }
 }
 
 TEST(PowerSgd, BadParametersAreRejected) {
   const std::pair<std::string, std::string> bad[] = {
-      {"powersgd:rank=0", "rank"},           {"powersgd:rank=1025", "rank"},
-      {"powersgd:rank=two", "rank"},         {"powersgd:iters=0", "iters"},
-      {"powersgd:view=middle", "view"},      {"powersgd:min_rate=0.5", "min_rate"},
-      {"powersgd:min_rate=inf", "min_rate"}, {"powersgd:factors=(zstd)", "factors"},
-      {"powersgd:factors=(nope)", "factors"}, {"powersgd:fallback=(powersgd)", "fallback"},
-      {"powersgd:fallback=(fp16+zstd)", "fallback"}, {"powersgd:fallback=(nope)", "fallback"},
+      {"powersgd:rank=0", "rank"},
+      {"powersgd:rank=1025", "rank"},
+      {"powersgd:rank=two", "rank"},
+      {"powersgd:iters=0", "iters"},
+      {"powersgd:view=middle", "view"},
+      {"powersgd:min_rate=0.5", "min_rate"},
+      {"powersgd:min_rate=inf", "min_rate"},
+      {"powersgd:factors=(zstd)", "factors"},
+      {"powersgd:factors=(nope)", "factors"},
+      {"powersgd:fallback=(powersgd)", "fallback"},
+      {"powersgd:fallback=(fp16+zstd)", "fallback"},
+      {"powersgd:fallback=(nope)", "fallback"},
       {"powersgd:ranks=4", "ranks"},
+      {"powersgd:iters=65", "iters must be 1..64"},
   };
   for (const auto& [spec, word] : bad) {
     auto s = parse_codec_spec(spec);
@@ -624,6 +695,10 @@ TEST(PowerSgd, BadParametersAreRejected) {
     EXPECT_NE(c.status().message().find("powersgd"), std::string::npos) << c.status().message();
     EXPECT_NE(c.status().message().find(word), std::string::npos) << c.status().message();
     EXPECT_FALSE(powersgd_plan_for({"t", DType::kFloat32, {64, 64}}, s->stages[0].params)) << spec;
+  }
+  // The ends of the ranges are accepted.
+  for (const char* spec : {"powersgd:rank=1", "powersgd:rank=1024", "powersgd:iters=1", "powersgd:iters=64"}) {
+    EXPECT_TRUE(make_codec("powersgd", parse_codec_spec(spec)->stages[0].params, Backend::kCpu)) << spec;
   }
 }
 

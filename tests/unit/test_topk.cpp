@@ -284,6 +284,11 @@ TEST(TopK, IndexEncodingsRoundTripAndPickTheSmaller) {
   EXPECT_EQ(codecs::indices_size_bound(0, 0), 0u);
   EXPECT_EQ(codecs::indices_size_bound(1000, 3), 1u + 3 * 2);
   EXPECT_EQ(codecs::indices_size_bound(1000, 900), 1u + 125);
+  // Seven bits a byte: the sizes change at 2^7, 2^14, ..., up to ten bytes for 2^63 and above.
+  for (const auto& [v, size] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {0, 1}, {127, 1}, {128, 2}, {16383, 2}, {16384, 3}, {(uint64_t{1} << 63) - 1, 9}, {uint64_t{1} << 63, 10}}) {
+    EXPECT_EQ(codecs::varint_size(v), size) << v;
+  }
 }
 
 ByteBuffer bytes(std::initializer_list<int> v) {
