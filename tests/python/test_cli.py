@@ -1712,6 +1712,29 @@ def test_eval_steps_warnings_name_their_step():
     assert any(str(SAMPLE_BF16) in line for line in warnings), r.stderr
 
 
+def test_eval_steps_count_a_rule_used_by_any_step(tmp_path):
+    """A rule that chose a codec at one step is not warned of because a later step lacks its tensor."""
+    np.savez(tmp_path / "s0.npz", x=np.ones(64, np.float32), y=np.ones(64, np.float32))
+    np.savez(tmp_path / "s1.npz", y=np.ones(64, np.float32))
+    r = gcz("eval", "--steps", tmp_path / "s0.npz", tmp_path / "s1.npz", "--rule", "x=bf16", "-q", check=True)
+    assert "--rule" not in r.stderr, r.stderr
+    r = gcz("eval", "--steps", tmp_path / "s0.npz", tmp_path / "s1.npz", "--rule", "z=bf16", "-q", check=True)
+    assert "--rule 'z=bf16' matched no tensor" in r.stderr, r.stderr
+
+
+def test_the_state_records_its_step_count_as_the_residuals_seed(tmp_path):
+    """A lossy --ef-codec that draws (QSGD) draws afresh at each save: the residuals' seed is the
+    step count, recorded in the state beside gcz.ef_steps."""
+    np.save(tmp_path / "w.npy", np.arange(8, dtype=np.float32))
+    state = tmp_path / "ef.gcz"
+    for step in (1, 2):
+        gcz("encode", tmp_path / "w.npy", "-o", tmp_path / f"o{step}.gcz", "-c", "topk:k=2", "--ef-state", state,
+            "--ef-codec", "qsgd", "-q", check=True)
+        info = json.loads(gcz("info", state, "--json", check=True).stdout)
+        assert info["metadata"]["gcz.ef_steps"] == str(step)
+        assert [(t["name"], t["seed"]) for t in info["tensors"]] == [("residual/w", step)]
+
+
 def test_eval_steps_that_share_no_name_are_warned_of(tmp_path):
     np.save(tmp_path / "a.npy", np.ones(4, np.float32))
     np.save(tmp_path / "b.npy", np.ones(4, np.float32))

@@ -58,6 +58,8 @@ TEST(EncodingPlan, RejectsMisplacedOrBadStages) {
   EXPECT_FALSE(parse_encoding_plan("fp16+zstd+zstd"));
   EXPECT_FALSE(parse_encoding_plan("fp16+zstd:level=0"));
   EXPECT_FALSE(parse_encoding_plan("fp16+zstd:level=23"));
+  EXPECT_TRUE(parse_encoding_plan("fp16+zstd:level=1"));  // the ends of 1..22
+  EXPECT_TRUE(parse_encoding_plan("fp16+zstd:level=22"));
   EXPECT_FALSE(parse_encoding_plan("fp16+zstd:level=fast"));
   auto bad_key = parse_encoding_plan("fp16+zstd:lvl=3");
   ASSERT_FALSE(bad_key);
