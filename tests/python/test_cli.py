@@ -1094,6 +1094,16 @@ def test_sort_and_top_choose_the_rows(tmp_path):
                                            check=True).stdout)))
     names = sorted(t["name"] for t in full["tensors"])[:2]
     assert [r[0] for r in rows[1:]] == names + ["TOTAL"], rows
+    rows = list(csv.reader(io.StringIO(gcz("eval", SAMPLE, "-c", "topk", "--sort", "name:desc", "--top", "2", "--csv",
+                                           check=True).stdout)))
+    assert [r[0] for r in rows[1:]] == sorted((t["name"] for t in full["tensors"]), reverse=True)[:2] + ["TOTAL"]
+    # CSV keeps the digits the metrics need (cosine near 1 differs from 1 in its sixth digit and on).
+    rows = list(csv.DictReader(io.StringIO(gcz("eval", SAMPLE, "-c", "qsgd", "--csv", check=True).stdout)))
+    as_json = {t["name"]: t["metrics"] for t in json.loads(gcz("eval", SAMPLE, "-c", "qsgd", "--json",
+                                                                check=True).stdout)["tensors"]}
+    for row in rows[:-1]:
+        for key in ("cosine", "rel_l2", "norm_ratio"):
+            assert math.isclose(float(row[key]), as_json[row["tensor"]][key], rel_tol=1e-8), (row["tensor"], key)
     table = gcz("eval", SAMPLE, "-c", "topk", "--sort", "rel_l2", "--top", "1", check=True).stdout.splitlines()
     assert table[1].startswith(worst[0]["name"] + " ") and f"{len(full['tensors'])} tensors" in table[-1]
     r = gcz("eval", SAMPLE, "--sort", "cosne")
