@@ -333,6 +333,8 @@ def make_gcz_corpus() -> None:
     add("index-schema-format", base(edit=lambda o: set_key(o, "format", "gzc")), "'format' is \"gzc\"")
     add("index-schema-version", base(edit=lambda o: set_key(o, "version", 2)),
         "index 'version' 2, header version_major 1")
+    add("index-schema-version-below", base(edit=lambda o: set_key(o, "version", 0)),
+        "index 'version' 0, header version_major 1")
     add("index-schema-version-string", base(edit=lambda o: set_key(o, "version", "1")), "'version' is a string")
     add("index-schema-shape-string", base(edit=edit_tensor(0, lambda t: set_key(t, "shape", "2x3"))),
         "'shape' is a string")

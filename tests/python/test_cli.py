@@ -1732,6 +1732,14 @@ def test_eval_steps_count_a_rule_used_by_any_step(tmp_path):
     assert "--rule 'z=bf16' matched no tensor" in r.stderr, r.stderr
 
 
+def test_zstd_at_its_highest_level_writes_a_file_that_reads_back(tmp_path):
+    np.save(tmp_path / "w.npy", np.linspace(-1, 1, 4096, dtype=np.float32))
+    gcz("encode", tmp_path / "w.npy", "-o", tmp_path / "w.gcz", "-c", "fp16+zstd:level=22", "-q", check=True)
+    assert json.loads(gcz("info", tmp_path / "w.gcz", "--json", check=True).stdout)["tensors"][0]["codec"][1] == {
+        "name": "zstd", "params": {"level": 22}}
+    gcz("verify", tmp_path / "w.gcz", check=True)
+
+
 def test_the_state_records_its_step_count_as_the_residuals_seed(tmp_path):
     """A lossy --ef-codec that draws (QSGD) draws afresh at each save: the residuals' seed is the
     step count, recorded in the state beside gcz.ef_steps."""
