@@ -1740,6 +1740,19 @@ def test_zstd_at_its_highest_level_writes_a_file_that_reads_back(tmp_path):
     gcz("verify", tmp_path / "w.gcz", check=True)
 
 
+def test_eval_steps_sums_leave_out_elements_whose_true_sum_is_not_finite(tmp_path):
+    """A NaN in a step's gradient makes that element's true sum NaN: sum_rel_l2 is over the others."""
+    x = np.linspace(-1, 1, 256, dtype=np.float32)
+    np.save(tmp_path / "s0.npy", x)
+    x_nan = x.copy()
+    x_nan[7] = np.nan
+    (tmp_path / "b").mkdir()
+    np.save(tmp_path / "b" / "s0.npy", x_nan)
+    r = gcz("eval", "--steps", tmp_path / "s0.npy", tmp_path / "b" / "s0.npy", "-c", "fp16", "--json", check=True)
+    last = json.loads(r.stdout)["steps"][-1]["tensors"][0]["metrics"]
+    assert math.isfinite(last["sum_rel_l2"]) and last["sum_rel_l2"] < 1e-3, last
+
+
 def test_the_state_records_its_step_count_as_the_residuals_seed(tmp_path):
     """A lossy --ef-codec that draws (QSGD) draws afresh at each save: the residuals' seed is the
     step count, recorded in the state beside gcz.ef_steps."""
