@@ -1097,6 +1097,10 @@ def test_sort_and_top_choose_the_rows(tmp_path):
     rows = list(csv.reader(io.StringIO(gcz("eval", SAMPLE, "-c", "topk", "--sort", "name:desc", "--top", "2", "--csv",
                                            check=True).stdout)))
     assert [r[0] for r in rows[1:]] == sorted((t["name"] for t in full["tensors"]), reverse=True)[:2] + ["TOTAL"]
+    # The table's header "out" is bytes_out.
+    by_out = json.loads(gcz("eval", SAMPLE, "-c", "topk", "--sort", "out", "--json", check=True).stdout)["tensors"]
+    assert [t["name"] for t in by_out] == [t["name"] for t in sorted(full["tensors"],
+                                                                     key=lambda t: -t["metrics"]["bytes_out"])]
     # CSV keeps the digits the metrics need (cosine near 1 differs from 1 in its sixth digit and on).
     rows = list(csv.DictReader(io.StringIO(gcz("eval", SAMPLE, "-c", "qsgd", "--csv", check=True).stdout)))
     as_json = {t["name"]: t["metrics"] for t in json.loads(gcz("eval", SAMPLE, "-c", "qsgd", "--json",

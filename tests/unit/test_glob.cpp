@@ -58,6 +58,13 @@ TEST(Glob, MatchesCharactersNotBytes) {
   EXPECT_FALSE(glob_match("?????", name));
   EXPECT_TRUE(glob_match("\xC3\xBCn?", name));
   EXPECT_FALSE(glob_match("\xC3\xBCn??", name));
+  // After a '*' the match resumes at a character, not inside one: "€xy" is 3 characters.
+  EXPECT_FALSE(glob_match("*??x?",
+                          "\xE2\x82\xAC"
+                          "xy"));
+  EXPECT_TRUE(glob_match("*?x?",
+                         "\xE2\x82\xAC"
+                         "xy"));
   EXPECT_TRUE(glob_match("[\xC3\xBC]n\xC3\xAF", name));
   EXPECT_TRUE(glob_match("\xC3\xBCn[\xC3\xA0-\xC3\xBF]", name));  // ï in [à-ÿ], by code point
   EXPECT_FALSE(glob_match("\xC3\xBCn[!\xC3\xAF]", name));
