@@ -1736,6 +1736,25 @@ def test_eval_steps_count_a_rule_used_by_any_step(tmp_path):
     assert "--rule 'z=bf16' matched no tensor" in r.stderr, r.stderr
 
 
+def test_eval_steps_csv_has_a_step_and_file_column_and_each_steps_total(tmp_path):
+    """--csv: each step's rows, its TOTAL last, after `step,file` (steps counted from 0, as in
+    the table and --json), with the JSON's sum_rel_l2."""
+    rng = np.random.default_rng(1)
+    steps = []
+    for s in range(3):
+        steps.append(tmp_path / f"p{s}.npz")
+        np.savez(steps[-1], a=rng.normal(size=300).astype(np.float32), b=rng.normal(size=200).astype(np.float32))
+    args = ("eval", "--steps", *steps, "-c", "topk:k=20", "--ef")
+    rows = list(csv.DictReader(io.StringIO(gcz(*args, "--csv", check=True).stdout)))
+    rep = json.loads(gcz(*args, "--json", check=True).stdout)
+    assert [(r["step"], r["file"], r["tensor"]) for r in rows] == [
+        (str(k), str(f), t) for k, f in enumerate(steps) for t in ("a", "b", "TOTAL")]
+    want = [m["sum_rel_l2"] for st in rep["steps"] for m in [t["metrics"] for t in st["tensors"]] + [st["total"]]]
+    assert len(set(want)) == len(want), want  # every row's sum_rel_l2 differs: a row out of place shows
+    for r, w in zip(rows, want):
+        assert abs(float(r["sum_rel_l2"]) - w) <= 1e-8 * w, (r, w)
+
+
 def test_zstd_at_its_highest_level_writes_a_file_that_reads_back(tmp_path):
     np.save(tmp_path / "w.npy", np.linspace(-1, 1, 4096, dtype=np.float32))
     gcz("encode", tmp_path / "w.npy", "-o", tmp_path / "w.gcz", "-c", "fp16+zstd:level=22", "-q", check=True)
@@ -1745,7 +1764,8 @@ def test_zstd_at_its_highest_level_writes_a_file_that_reads_back(tmp_path):
 
 
 def test_eval_steps_sums_leave_out_elements_whose_true_sum_is_not_finite(tmp_path):
-    """A NaN in a step's gradient makes that element's true sum NaN: sum_rel_l2 is over the others."""
+    """A NaN in a step's gradient makes that element's true sum NaN: sum_rel_l2 is over the others,
+    neither NaN nor 0 (the NaN in both of its sums would make it either)."""
     x = np.linspace(-1, 1, 256, dtype=np.float32)
     np.save(tmp_path / "s0.npy", x)
     x_nan = x.copy()
@@ -1754,7 +1774,14 @@ def test_eval_steps_sums_leave_out_elements_whose_true_sum_is_not_finite(tmp_pat
     np.save(tmp_path / "b" / "s0.npy", x_nan)
     r = gcz("eval", "--steps", tmp_path / "s0.npy", tmp_path / "b" / "s0.npy", "-c", "fp16", "--json", check=True)
     last = json.loads(r.stdout)["steps"][-1]["tensors"][0]["metrics"]
-    assert math.isfinite(last["sum_rel_l2"]) and last["sum_rel_l2"] < 1e-3, last
+    # fp16 rounds to nearest; the sums are in float64.
+    def fp16(v):
+        return v.astype(np.float16).astype(np.float64)
+    sum_x = x.astype(np.float64) + x_nan
+    err = (fp16(x) + fp16(x_nan)) - sum_x
+    kept = np.isfinite(sum_x)
+    want = math.sqrt(np.sum(err[kept] ** 2) / np.sum(sum_x[kept] ** 2))
+    assert want > 1e-5 and abs(last["sum_rel_l2"] - want) <= 1e-9 * want, (last, want)
 
 
 def test_the_state_records_its_step_count_as_the_residuals_seed(tmp_path):

@@ -1,15 +1,15 @@
-#include "scratch_dir.h"
-#include "gcz/container.h"
-
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "gcz/container.h"
 #include "index_json.h"
 #include "layout.h"
+#include "scratch_dir.h"
 
 namespace gcz {
 namespace {
@@ -113,6 +113,64 @@ TEST(Container, ZstdIsKeptOnlyWhereItShrinks) {
   EXPECT_EQ(t[1].streams[0].encoding, StreamEncoding::kRaw);
   EXPECT_EQ(read_all(**r, 0, 0), zb);
   EXPECT_EQ(read_all(**r, 1, 0), nb);
+  EXPECT_TRUE((*r)->verify(nullptr));
+}
+
+// The length of the zstd frame the writer makes of a stream's first chunk: flushed, not ended.
+std::size_t flushed_frame_length(const ByteBuffer& bytes, int level) {
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  ByteBuffer out(ZSTD_compressBound(bytes.size()) + 64);
+  ZSTD_inBuffer ib{bytes.data(), bytes.size(), 0};
+  ZSTD_outBuffer ob{out.data(), out.size(), 0};
+  const std::size_t left = ZSTD_compressStream2(cctx, &ob, &ib, ZSTD_e_flush);
+  ZSTD_freeCCtx(cctx);
+  EXPECT_EQ(left, 0u);
+  return ob.pos;
+}
+
+// A frame no shorter than the raw bytes is not kept; one a byte shorter is. Noise whose first m
+// bytes are zeros: once zstd compresses it at all, its frame shrinks a byte for each zero (the
+// noise is stored as literals), from longer than the bytes to shorter, so some m makes it exactly
+// as long. The bytes are few: zstd compresses a block only where that saves srcSize / 64 + 2 bytes,
+// more than the frame's 9 bytes of headers for a block over 448 bytes.
+TEST(Container, ZstdIsKeptOnlyWhereItIsShorterNotWhereItIsAsLong) {
+  constexpr std::size_t n = 256;
+  std::mt19937 rng(5);
+  ByteBuffer noise(n);
+  for (auto& b : noise) b = static_cast<std::byte>(rng());
+  auto with_zeros = [&](std::size_t m) {
+    ByteBuffer b = noise;
+    std::memset(b.data(), 0, m);
+    return b;
+  };
+  std::optional<std::size_t> equal, shorter;
+  for (std::size_t m = 0; m < n && !(equal && shorter); ++m) {
+    const std::size_t len = flushed_frame_length(with_zeros(m), 3);
+    if (len == n && !equal) equal = m;
+    if (len == n - 1 && !shorter) shorter = m;
+  }
+  ASSERT_TRUE(equal && shorter) << "no run of zeros made a frame of exactly " << n << " or " << n - 1 << " bytes";
+
+  const fs::path p = temp_dir("zstd_equal") / "z.gcz";
+  auto w = GczWriter::create(p.string());
+  ASSERT_TRUE(w);
+  const ByteBuffer eb = with_zeros(*equal), sb = with_zeros(*shorter);
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("equal", {n / 2}, 3)));
+  ASSERT_TRUE((*w)->append(0, eb));
+  ASSERT_TRUE((*w)->end_tensor());
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("shorter", {n / 2}, 3)));
+  ASSERT_TRUE((*w)->append(0, sb));
+  ASSERT_TRUE((*w)->end_tensor());
+  ASSERT_TRUE((*w)->finish({}));
+  auto r = GczReader::open(p.string());
+  ASSERT_TRUE(r) << r.status().message();
+  const auto& t = (*r)->index().tensors;
+  EXPECT_EQ(t[0].streams[0].encoding, StreamEncoding::kRaw);
+  EXPECT_EQ(t[0].streams[0].length, n);
+  EXPECT_EQ(t[1].streams[0].encoding, StreamEncoding::kZstd);
+  EXPECT_EQ(read_all(**r, 0, 0), eb);
+  EXPECT_EQ(read_all(**r, 1, 0), sb);
   EXPECT_TRUE((*r)->verify(nullptr));
 }
 
