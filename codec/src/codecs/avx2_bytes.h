@@ -13,10 +13,9 @@
 #include <cstring>
 
 #include "codecs/quant_uniforms.h"
+#include "codecs/span_inline.h"
 
 namespace gcz::detail::avx2 {
-
-#define GCZ_AVX2_INLINE [[gnu::always_inline, gnu::target("avx2")]] inline
 
 // The 32 lanes of a..d (each 0..255) as bytes, with their 128-bit halves interleaved the way the
 // AVX2 packs leave them: a[0..3] b[0..3] c[0..3] d[0..3] | a[4..7] b[4..7] c[4..7] d[4..7]. Lane-wise

@@ -1,7 +1,7 @@
 // QSGD on the CPU: parameters, stream sizes, and the chunk loop. A chunk is processed in spans of whole
 // groups, about 1536 elements: the span's coarse draw bytes from Philox (fill_coarse8), then the span
 // loops of qsgd_span.cpp (scales, a branch-free quantize loop per group, the rare fine draws, bit
-// packing specialised per code width).
+// packing specialised per code width, qsgd_pack.h).
 //
 // Why spans this small: a span's input is first read by its scales, a quick pass, which a long span
 // leaves waiting on memory. A span of 6 KiB of input, with no software prefetching at all, is in cache

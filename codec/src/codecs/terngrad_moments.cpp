@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "codecs/span_inline.h"
 #include "codecs/terngrad_span.h"
 #include "gcz/detail/terngrad_math.h"
 
@@ -17,8 +18,6 @@ namespace gcz::detail {
 namespace {
 
 using namespace terngrad;
-
-#define GCZ_CPU_INLINE [[gnu::always_inline]] inline
 
 GCZ_CPU_INLINE uint32_t abs_bits(float x) { return bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
 

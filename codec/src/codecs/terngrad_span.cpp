@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "codecs/quant_uniforms.h"
+#include "codecs/span_inline.h"
 #include "gcz/detail/philox.h"
 #include "gcz/detail/terngrad_math.h"
 
@@ -22,8 +23,6 @@ namespace gcz::detail {
 namespace {
 
 using namespace terngrad;
-
-#define GCZ_CPU_INLINE [[gnu::always_inline]] inline
 
 // pack_base3 of t[0..5) with one multiply: the eight bytes at t (little-endian; the last three are
 // ignored) times 81 + 27 * 2^8 + 9 * 2^16 + 3 * 2^24 + 2^32 hold t0 + 3 t1 + 9 t2 + 27 t3 + 81 t4 in
