@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 debs=(cmake g++ pkg-config libcli11-dev libzstd-dev libxxhash-dev nlohmann-json3-dev libhdf5-dev
-      zlib1g-dev libminizip-dev libgtest-dev libopenblas-dev python3)
+      zlib1g-dev libminizip-dev libdeflate-dev libgtest-dev libopenblas-dev python3)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 // .npz archives: a zip file (via minizip) whose members NAME.npy each hold one array. Stored members are
 // read straight from a memory map of the archive; deflated ones are decompressed as read() walks through
 // them. Written with stored members (as numpy's savez does), zip64 where a member needs it.
+#include <libdeflate.h>
 #include <minizip/unzip.h>
 #include <minizip/zip.h>
 
@@ -279,13 +280,9 @@ Status NpzReader::add_member(const std::string& tensor_name, const unz_file_info
     m.map_offset = stream_pos + header.data_offset;
     // minizip checks a member's CRC-32 only when it is read through to its end, which a stored
     // member read from the map never is: check it here, over the whole member, header and data.
-    uLong crc = crc32(0L, Z_NULL, 0);
-    const auto* bytes = reinterpret_cast<const Bytef*>(file_->data() + stream_pos);
-    for (uint64_t done = 0; done < needed;) {
-      const uint64_t n = std::min<uint64_t>(needed - done, uint64_t{1} << 30);
-      crc = crc32(crc, bytes + done, static_cast<uInt>(n));
-      done += n;
-    }
+    // libdeflate's CRC-32 (carry-less multiplication where the CPU has it) runs about as fast as
+    // the bytes can be read; zlib's takes three times as long.
+    const uint32_t crc = libdeflate_crc32(0, file_->data() + stream_pos, static_cast<std::size_t>(needed));
     if (crc != fi.crc) return format_error(ctx + ": the zip member's CRC-32 does not match its data");
   }
   if (unzGetFilePos64(zip_->zip, &m.pos) != UNZ_OK) return format_error(ctx + ": cannot locate the zip member");
