@@ -603,6 +603,30 @@ def test_accepts_minor_versions_and_unknown_keys(tmp_path, victim):
     gcz("verify", str(path))
 
 
+def test_an_index_of_exactly_64_mib_is_read_and_one_byte_more_is_not(tmp_path, victim):
+    """FORMAT.md caps the index at 64 MiB: both readers take an index of exactly that (padded under
+    an unknown key) and name index-too-large for one a byte longer."""
+    off, length, _ = _trailer(victim)
+    key = b'"pad":"",'
+    for extra, rule in ((0, None), (1, "index-too-large")):
+        pad = (64 << 20) - length - len(key) + extra
+        data = _raw_index(lambda b: b.replace(b"{", b'{"pad":"' + b"x" * pad + b'",', 1))(victim)
+        assert _trailer(data)[1] == (64 << 20) + extra
+        path = tmp_path / f"index-{extra}.gcz"
+        path.write_bytes(data)
+        r = gcz("verify", str(path), check=False)
+        if rule is None:
+            with GczFile(path) as f:
+                f.verify()
+            assert r.returncode == 0, r.stderr
+        else:
+            with pytest.raises(GczFormatError) as ei:
+                with GczFile(path):
+                    pass
+            assert ei.value.rule == rule
+            assert r.returncode != 0 and f"{rule}:" in r.stderr, r.stderr
+
+
 def test_zstd_stage_edge_cases_rejected_by_both_readers(tmp_path, victim):
     """A zstd stage with no level or a level outside 1..22, and an empty zstd stream (not 'exactly
     one zstd frame'): the spec forbids them, and gczread and gcz both reject them naming the rule."""

@@ -245,6 +245,33 @@ TEST(Container, CountingWriterMatchesTheFileSize) {
   EXPECT_EQ(write(p.string()), fs::file_size(p));
 }
 
+// FORMAT.md caps the index at 64 MiB: an index of exactly that is written and read, one a byte
+// longer is not written. (Metadata pads an empty file's index to the length wanted.)
+TEST(Container, AnIndexOfExactly64MiBIsWrittenAndReadOneByteMoreIsNot) {
+  const fs::path dir = temp_dir("index_cap");
+  auto write = [&](const fs::path& p, std::size_t pad) {
+    auto w = GczWriter::create(p.string());
+    EXPECT_TRUE(w) << w.status().message();
+    return (*w)->finish({{"pad", std::string(pad, 'x')}});
+  };
+  ASSERT_TRUE(write(dir / "small.gcz", 0));
+  const uint64_t index_without_pad = fs::file_size(dir / "small.gcz") - 64 - 32;  // header, trailer
+  const std::size_t pad = kMaxIndexBytes - index_without_pad;
+
+  auto size = write(dir / "cap.gcz", pad);
+  ASSERT_TRUE(size) << size.status().message();
+  EXPECT_EQ(*size, 64 + kMaxIndexBytes + 32);
+  auto r = GczReader::open((dir / "cap.gcz").string());
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ((*r)->index().metadata.at("pad").size(), pad);
+
+  auto over = write(dir / "over.gcz", pad + 1);
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.status().message().find("the index would exceed 64 MiB"), std::string::npos)
+      << over.status().message();
+  EXPECT_FALSE(fs::exists(dir / "over.gcz"));
+}
+
 TEST(Container, IndexJsonRoundTrips) {
   FileIndex idx;
   idx.producer = "gcz test";
