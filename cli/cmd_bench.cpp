@@ -112,6 +112,7 @@ RunFn add_bench_command(CLI::App& app) {
     int repeats = 5;
     std::vector<unsigned> threads = {1, 2};
     std::string device = "cpu";
+    std::string raw_dtype, raw_shape;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -122,9 +123,10 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("-c,--codec", a->specs, "Codec spec to measure; repeatable, e.g. -c qsgd -c 'topk:ratio=0.01'")
       ->allow_extra_args(false)
       ->capture_default_str();
-  cmd->add_option("--size-mib", a->size_mib,
-                  "Size of the synthetic data in MiB (the run holds about five copies of it)")
-      ->capture_default_str();
+  CLI::Option* size_mib = cmd->add_option("--size-mib", a->size_mib,
+                                          "Size of the synthetic data in MiB (the run holds about five copies of it); "
+                                          "not used with input files")
+                              ->capture_default_str();
   cmd->add_option("--repeat", a->repeats, "Timed runs per measurement; the best is reported")->capture_default_str();
   cmd->add_option("--threads", a->threads,
                   "Thread counts to measure, 1.." + std::to_string(kBenchMaxThreads) +
@@ -133,6 +135,7 @@ RunFn add_bench_command(CLI::App& app) {
       ->allow_extra_args(false)
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, cuda (or gpu) or auto")->capture_default_str();
+  add_raw_input_options(*cmd, a->raw_dtype, a->raw_shape);
   cmd->add_flag("--json", a->json,
                 "Print one JSON document when done (yardsticks, and per codec and thread count ratio, "
                 "encode_gbps, decode_gbps) instead of the tables");
@@ -144,10 +147,11 @@ RunFn add_bench_command(CLI::App& app) {
       "(a few MiB) starting the threads dominates the multi-thread figures.\n"
       "The machine may be shared and noisy: compare ratios, not absolute numbers.\n"
       "Examples:\n  gcz bench\n  gcz bench samples/grads/step_0000.safetensors -c fp16 -c bf16+zstd\n"
-      "  gcz bench -c qsgd -c terngrad --threads 1,2 --json > bench.json");
-  return [a]() {
-    if (a->repeats < 1) return report_error(invalid_argument("--repeat must be at least 1, got " +
-                                                             std::to_string(a->repeats)));
+      "  gcz bench -c qsgd -c terngrad --threads 1,2 --json > bench.json\n"
+      "  gcz bench dump.bin --dtype f32 --shape 4096,4096 -c topk");
+  return [a, size_mib]() {
+    if (a->repeats < 1)
+      return report_error(invalid_argument("--repeat must be at least 1, got " + std::to_string(a->repeats)));
     for (unsigned t : a->threads) {
       if (t < 1 || t > kBenchMaxThreads) {
         return report_error(invalid_argument("--threads values must be 1.." + std::to_string(kBenchMaxThreads) +
@@ -164,6 +168,14 @@ RunFn add_bench_command(CLI::App& app) {
       }
     }
     BenchOptions o;
+    auto read = to_read_options(a->raw_dtype, a->raw_shape);
+    if (!read) return report_error(read.status());
+    o.read = *read;
+    note_unused_raw_options(a->raw_dtype, a->raw_shape, a->inputs);
+    if (!a->inputs.empty() && size_mib->count() > 0) {
+      std::fprintf(stderr,
+                   "gcz: note: --size-mib sizes the synthetic data, and the input files are measured instead\n");
+    }
     o.inputs = a->inputs;
     if (a->inputs.empty()) o.synthetic_bytes = static_cast<uint64_t>(a->size_mib) << 20;
     o.repeats = a->repeats;

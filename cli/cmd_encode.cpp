@@ -81,7 +81,7 @@ RunFn add_encode_command(CLI::App& app) {
     } else if (ef_codec->count() > 0) {
       std::fprintf(stderr, "gcz: note: --ef-codec applies to the --ef-state file, and none is given\n");
     }
-    note_unused_raw_options(a->encode);
+    note_unused_raw_options(a->encode.raw_dtype, a->encode.raw_shape, a->encode.inputs);
     ProgressLine progress("encoding");
     options->progress = progress.callback();
     auto report = encode_files(a->encode.inputs, a->output, *options);

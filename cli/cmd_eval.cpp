@@ -53,7 +53,7 @@ RunFn add_eval_command(CLI::App& app) {
     if (!a->ef_state.empty() && !a->ef) {
       return report_error(invalid_argument("--ef-state needs --ef: its residuals are only used to feed back"));
     }
-    note_unused_raw_options(a->encode);
+    note_unused_raw_options(a->encode.raw_dtype, a->encode.raw_shape, a->encode.inputs);
     ProgressLine progress("evaluating");
     options->progress = progress.callback();
     if (!a->steps) {

@@ -282,11 +282,7 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
                      std::to_string(kMaxThreads) + "; 0 = one per core. The output is the same for any count")
       ->check(whole_number(kMaxThreads))
       ->capture_default_str();
-  app.add_option("--dtype", a.raw_dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
-  app.add_option("--shape", a.raw_shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024")
-      ->check(CLI::Validator(
-          [](std::string& v) { return v.empty() ? "expected comma-separated sizes, e.g. 4096,1024" : std::string(); },
-          ""));
+  add_raw_input_options(app, a.raw_dtype, a.raw_shape);
   CLI::Option* report = app.add_option("--report", a.report_format,
                                        "Report format: table, json or csv (the last of --report, --json, --csv "
                                        "wins)")
@@ -315,9 +311,18 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
   app.add_flag("-q,--quiet", a.quiet, "Print no report (errors and warnings still go to stderr)");
 }
 
-void note_unused_raw_options(const EncodeArgs& a) {
-  if (a.raw_dtype.empty() && a.raw_shape.empty()) return;
-  for (const std::string& input : a.inputs) {
+void add_raw_input_options(CLI::App& app, std::string& dtype, std::string& shape) {
+  app.add_option("--dtype", dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
+  app.add_option("--shape", shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.empty() ? "expected comma-separated sizes, e.g. 4096,1024" : std::string(); },
+          ""));
+}
+
+void note_unused_raw_options(const std::string& dtype, const std::string& shape,
+                             const std::vector<std::string>& inputs) {
+  if (dtype.empty() && shape.empty()) return;
+  for (const std::string& input : inputs) {
     const auto format = tensor_format_from_path(input);
     // Read as raw bytes, or a directory that may hold such files: the options are used.
     if (!format || *format == TensorFileFormat::kRaw || *format == TensorFileFormat::kDirectory) return;
@@ -338,30 +343,7 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
   GCZ_ASSIGN_OR_RETURN(o.device, parse_device(a.device));
   o.seed = a.seed;
   o.threads = a.threads;
-  if (!a.raw_dtype.empty()) {
-    auto dt = parse_dtype(a.raw_dtype);
-    if (!dt) return invalid_argument("--dtype '" + a.raw_dtype + "': expected f16, bf16, f32 or f64");
-    o.read.raw_dtype = *dt;
-  }
-  if (!a.raw_shape.empty()) {
-    Shape shape;
-    std::size_t pos = 0;
-    const std::string& s = a.raw_shape;
-    while (pos <= s.size()) {
-      const std::size_t comma = std::min(s.find(',', pos), s.size());
-      const std::string part = s.substr(pos, comma - pos);
-      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 15) {
-        return invalid_argument("--shape '" + s + "': expected comma-separated sizes, e.g. 4096,1024");
-      }
-      shape.push_back(std::stoull(part));
-      pos = comma + 1;
-    }
-    o.read.raw_shape = shape;
-  }
-  if (o.read.raw_dtype.has_value() != o.read.raw_shape.has_value()) {
-    return invalid_argument(std::string("raw input needs both --dtype and --shape, and ") +
-                            (o.read.raw_dtype ? "--shape" : "--dtype") + " is missing");
-  }
+  GCZ_ASSIGN_OR_RETURN(o.read, to_read_options(a.raw_dtype, a.raw_shape));
   for (const std::string& m : a.meta) {
     const auto eq = m.find('=');
     if (eq == std::string::npos || eq == 0) return invalid_argument("--meta '" + m + "': expected KEY=VALUE");
@@ -369,6 +351,35 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
     if (!o.metadata.emplace(m.substr(0, eq), m.substr(eq + 1)).second) {
       return invalid_argument("--meta '" + m + "': the key '" + m.substr(0, eq) + "' is given twice");
     }
+  }
+  return o;
+}
+
+Result<ReadOptions> to_read_options(const std::string& dtype, const std::string& shape) {
+  ReadOptions o;
+  if (!dtype.empty()) {
+    auto dt = parse_dtype(dtype);
+    if (!dt) return invalid_argument("--dtype '" + dtype + "': expected f16, bf16, f32 or f64");
+    o.raw_dtype = *dt;
+  }
+  if (!shape.empty()) {
+    Shape dims;
+    std::size_t pos = 0;
+    const std::string& s = shape;
+    while (pos <= s.size()) {
+      const std::size_t comma = std::min(s.find(',', pos), s.size());
+      const std::string part = s.substr(pos, comma - pos);
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 15) {
+        return invalid_argument("--shape '" + s + "': expected comma-separated sizes, e.g. 4096,1024");
+      }
+      dims.push_back(std::stoull(part));
+      pos = comma + 1;
+    }
+    o.raw_shape = dims;
+  }
+  if (o.raw_dtype.has_value() != o.raw_shape.has_value()) {
+    return invalid_argument(std::string("raw input needs both --dtype and --shape, and ") +
+                            (o.raw_dtype ? "--shape" : "--dtype") + " is missing");
   }
   return o;
 }

@@ -92,8 +92,13 @@ void add_encode_options(CLI::App& app, EncodeArgs& args);
 extern const char* const kCodecParametersHelp;
 // Turns parsed arguments into library options (checking dtype/shape/rules/device/meta).
 Result<EncodeOptions> to_encode_options(const EncodeArgs& args);
+// --dtype and --shape, for raw binary input.
+void add_raw_input_options(CLI::App& app, std::string& dtype, std::string& shape);
+// Their values as ReadOptions; both or neither.
+Result<ReadOptions> to_read_options(const std::string& dtype, const std::string& shape);
 // A note on stderr where --dtype or --shape is given but no input would be read as raw bytes.
-void note_unused_raw_options(const EncodeArgs& args);
+void note_unused_raw_options(const std::string& dtype, const std::string& shape,
+                             const std::vector<std::string>& inputs);
 Result<DeviceRequest> parse_device(const std::string& text);
 
 }  // namespace gcz::cli

@@ -81,6 +81,7 @@ Result<std::vector<Tensor>> load_inputs(const BenchOptions& o) {
       out.push_back(std::move(t));
     }
   }
+  if (out.empty()) return unsupported("no floating-point tensor to measure in the inputs");
   return out;
 }
 

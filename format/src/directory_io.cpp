@@ -116,7 +116,8 @@ struct DirTensor {
 
 Result<std::unique_ptr<TensorFileReader>> open_member_file(const DirEntryFile& f, const ReadOptions& options) {
   switch (f.format) {
-    case TensorFileFormat::kNpy: return open_npy_reader(f.path, /*in_container=*/true);
+    case TensorFileFormat::kNpy:
+      return open_npy_reader(f.path);
     case TensorFileFormat::kNpz: return open_npz_reader(f.path);
     case TensorFileFormat::kSafetensors: return open_safetensors_reader(f.path);
     case TensorFileFormat::kHdf5: return open_hdf5_reader(f.path);

@@ -23,6 +23,7 @@
 
 #include "gcz/codec_spec.h"
 #include "gcz/pipeline.h"
+#include "gcz/tensor_io.h"
 
 namespace gcz::detail {
 namespace {
@@ -450,11 +451,28 @@ Status check_output_path(const std::string& path) {
   return Status::ok();
 }
 
+namespace {
+
+// A .gcz file under a tensor format's extension would be read as that format, and fail.
+Status check_gcz_output_name(const std::string& path) {
+  const auto format = tensor_format_from_path(path);
+  if (!format || *format == TensorFileFormat::kDirectory) return Status::ok();
+  const std::string ext = std::filesystem::path(path).extension().string();
+  return invalid_argument(path + ": '" + ext +
+                          "' is the extension of a tensor file format, but gcz encode writes a "
+                          ".gcz file: name it NAME.gcz (gcz decode writes " +
+                          ext + " files)");
+}
+
+}  // namespace
+
 Status check_encode_outputs(const std::vector<std::string>& inputs, const std::string& output,
                             const std::string& ef_state, const std::string& ef_codec) {
   GCZ_RETURN_IF_ERROR(check_output_path(output).with_context("-o"));
+  GCZ_RETURN_IF_ERROR(check_gcz_output_name(output).with_context("-o"));
   if (ef_state.empty()) return Status::ok();
   GCZ_RETURN_IF_ERROR(check_output_path(ef_state).with_context("--ef-state"));
+  GCZ_RETURN_IF_ERROR(check_gcz_output_name(ef_state).with_context("--ef-state"));
   if (detail::same_file(output, ef_state)) {
     return invalid_argument("-o and --ef-state name the same file, " + output + "; the state needs a file of its own");
   }

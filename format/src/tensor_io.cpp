@@ -73,7 +73,8 @@ Result<std::unique_ptr<TensorFileReader>> open_tensor_file(const std::string& pa
   }
   if (!format) return unknown_extension(path, false);
   switch (*format) {
-    case TensorFileFormat::kNpy: return detail::open_npy_reader(path, /*in_container=*/false);
+    case TensorFileFormat::kNpy:
+      return detail::open_npy_reader(path);
     case TensorFileFormat::kNpz: return detail::open_npz_reader(path);
     case TensorFileFormat::kSafetensors: return detail::open_safetensors_reader(path);
     case TensorFileFormat::kHdf5: return detail::open_hdf5_reader(path);

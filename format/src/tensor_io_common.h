@@ -20,9 +20,8 @@
 namespace gcz::detail {
 
 // --- per-format factories ---------------------------------------------------------------------------
-// `in_container` (npy only): true when the .npy is one file of a directory, where a non-floating array
-// is listed in skipped() instead of failing the open.
-Result<std::unique_ptr<TensorFileReader>> open_npy_reader(const std::string& path, bool in_container);
+// A .npy of a non-floating array is opened with the array in skipped(), as other formats list theirs.
+Result<std::unique_ptr<TensorFileReader>> open_npy_reader(const std::string& path);
 Result<std::unique_ptr<TensorFileReader>> open_npz_reader(const std::string& path);
 Result<std::unique_ptr<TensorFileReader>> open_safetensors_reader(const std::string& path);
 Result<std::unique_ptr<TensorFileReader>> open_hdf5_reader(const std::string& path);

@@ -502,6 +502,18 @@ def test_bench_inputs_may_follow_codecs_and_thread_counts(tmp_path):
         assert [row["codec"] for row in doc["rows"]] == ["fp16"] * len(doc["rows"]), (args, doc)
 
 
+def test_bench_reads_raw_input_as_encode_does_and_says_size_mib_is_unused(tmp_path):
+    x = np.linspace(-1, 1, 4096, dtype=np.float32)
+    x.tofile(tmp_path / "g.bin")
+    r = gcz("bench", tmp_path / "g.bin", "--dtype", "f32", "--shape", "64,64", "-c", "fp16", "--repeat", "1",
+            "--threads", "1", "--size-mib", "8", "--json", check=True)
+    assert json.loads(r.stdout)["input_bytes"] == x.nbytes
+    assert r.stderr.splitlines() == [
+        "gcz: note: --size-mib sizes the synthetic data, and the input files are measured instead"], r.stderr
+    r = gcz("bench", tmp_path / "g.bin", "--dtype", "f32", "-c", "fp16")
+    assert r.returncode == EXIT_USAGE and "--shape is missing" in error_line(r), r.stderr
+
+
 @pytest.mark.parametrize("args, names", [
     (["-c", "fp17"], "fp17"),
     (["-c", "fp16", "-c", "qsgd:bits=9"], "qsgd:bits=9"),
@@ -759,9 +771,11 @@ def test_encode_refuses_an_output_it_would_clobber(case, tmp_path):
     src = tmp_path / "g.safetensors"
     shutil.copy(SAMPLE, src)
     out, extra = tmp_path / "out.gcz", []
-    if case == "input":
-        out = src
-    elif case == "in-input-dir":  # the directory's reader would read it: as an input replaced, or added
+    if case == "input":  # raw bytes under a name of their own: -o names them as well
+        src = out = tmp_path / "g.dat"
+        np.ones(8, np.float32).tofile(src)
+        extra = ["--dtype", "f32", "--shape", "8"]
+    elif case == "in-input-dir":  # a tensor format's extension: the directory's reader would read it too
         src, out = tmp_path, tmp_path / "g.safetensors"
     elif case == "state":
         extra = ["--ef-state", out]
@@ -779,7 +793,7 @@ def test_encode_refuses_an_output_it_would_clobber(case, tmp_path):
     assert r.returncode == EXIT_USAGE, r.stderr
     assert r.stdout == ""
     line = error_line(r)
-    assert {"input": "also an input", "in-input-dir": "inside the input directory", "state": "same file",
+    assert {"input": "also an input", "in-input-dir": "the extension of a tensor file format", "state": "same file",
             "state-spelled": "same file", "symlink": "symbolic link", "directory": "a directory",
             "empty": "no output path"}[case] in line, line
     after = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and not p.is_symlink()}
@@ -1376,9 +1390,15 @@ def test_threads_the_process_cannot_make_change_nothing_but_speed():
 def test_state_mistakes_are_caught_and_named(tmp_path):
     src = tmp_path / "g.safetensors"
     shutil.copy(SAMPLE, src)
-    # The state named as the input (a raw file would even be read as both).
-    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-state", src, "-q")
+    # The state named as the input (raw bytes under a name of their own would even be read as both;
+    # a tensor format's extension is refused as such).
+    raw = tmp_path / "g.dat"
+    np.ones(8, np.float32).tofile(raw)
+    r = gcz("encode", raw, "--dtype", "f32", "--shape", "8", "-o", tmp_path / "o.gcz", "--ef-state", raw, "-q")
     assert r.returncode == EXIT_USAGE and "--ef-state names an input" in error_line(r), r.stderr
+    raw.unlink()
+    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-state", src, "-q")
+    assert r.returncode == EXIT_USAGE and "extension of a tensor file format" in error_line(r), r.stderr
     # A state that is not one: the error says which option gave it.
     (tmp_path / "bad.gcz").write_bytes(b"not a gcz file at all, just some bytes" * 4)
     r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-state", tmp_path / "bad.gcz", "-q")
@@ -1850,6 +1870,27 @@ def test_an_encrypted_npz_member_is_noted_as_skipped(tmp_path):
     r = gcz("eval", tmp_path / "enc.npz", "-c", "fp16", "--json", check=True)
     assert [t["name"] for t in json.loads(r.stdout)["tensors"]] == ["b"]
     assert f"gcz: note: skipped {tmp_path / 'enc.npz'}: a: the zip member is encrypted" in r.stderr, r.stderr
+
+
+def test_a_npy_of_integers_is_skipped_as_in_a_directory_and_alone_is_refused(tmp_path):
+    """`gcz eval dump/*.npy` goes on past a step counter, as `gcz eval dump/` does; an input of
+    nothing but integers holds nothing to encode (exit 5)."""
+    np.save(tmp_path / "w.npy", np.ones(4, np.float32))
+    np.save(tmp_path / "step.npy", np.arange(3))
+    r = gcz("eval", tmp_path / "w.npy", tmp_path / "step.npy", "-c", "fp16", "--json", check=True)
+    assert [t["name"] for t in json.loads(r.stdout)["tensors"]] == ["w"]
+    note = f"gcz: note: skipped {tmp_path / 'step.npy'}: step: dtype <i8 is not floating"
+    assert r.stderr.splitlines() == [note], r.stderr
+    r = gcz("eval", tmp_path, "-c", "fp16", "-q", check=True)
+    assert r.stderr.splitlines() == [f"gcz: note: skipped {tmp_path}: step: dtype <i8 is not floating"], r.stderr
+    for cmd in (("eval", tmp_path / "step.npy"), ("encode", tmp_path / "step.npy", "-o", tmp_path / "s.gcz")):
+        r = gcz(*cmd)
+        assert r.returncode == EXIT_UNSUPPORTED and error_line(r) == (
+            f"gcz: error: {tmp_path / 'step.npy'}: no floating-point tensor to encode (skipped: step, dtype <i8 "
+            "is not floating)"), r.stderr
+    assert not (tmp_path / "s.gcz").exists()
+    r = gcz("bench", tmp_path / "step.npy", "-c", "fp16")
+    assert r.returncode == EXIT_UNSUPPORTED and "no floating-point tensor to measure" in error_line(r), r.stderr
 
 
 def test_an_interrupted_decode_to_a_directory_leaves_nothing(tmp_path):

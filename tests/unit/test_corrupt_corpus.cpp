@@ -282,6 +282,13 @@ TEST(CorruptInputs, OpenTensorFileRefusesEveryInput) {
     }
     Status s = Status::ok();
     auto in = open_tensor_file(path, opt);
+    if (in && (*in)->tensors().empty()) {
+      // Opened with its one array skipped (a .npy of integers, as in a directory): the encoder refuses
+      // an input with nothing else in it (exit 5, the README's code), as the CLI tests check.
+      EXPECT_NE(f.find("int-dtype"), std::string::npos) << "opened with no tensor to read";
+      EXPECT_EQ((*in)->skipped().size(), 1u);
+      continue;
+    }
     if (!in) {
       s = in.status();
     } else {

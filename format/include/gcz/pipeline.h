@@ -152,9 +152,9 @@ Result<ByteBuffer> decode_tensor(const GczReader& reader, std::size_t index, Dev
 Status check_output_path(const std::string& path);
 
 // What gcz encode checks before any work, so that a mistake does not cost a whole encode: OUTPUT and,
-// with error feedback, the state file pass check_output_path and are not one file, the state is not
-// one of `inputs` either, and the residual codec spec passes check_encoding_plan. Messages name the
-// options (-o, --ef-state, --ef-codec).
+// with error feedback, the state file pass check_output_path, carry no tensor format's extension
+// (.npz, .safetensors, ...) and are not one file, the state is not one of `inputs` either, and the
+// residual codec spec passes check_encoding_plan. Messages name the options (-o, --ef-state, --ef-codec).
 Status check_encode_outputs(const std::vector<std::string>& inputs, const std::string& output,
                             const std::string& ef_state = "", const std::string& ef_codec = "none");
 
