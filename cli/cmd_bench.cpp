@@ -1,11 +1,12 @@
 // gcz bench: codec throughput in GB/s beside memcpy measured in the same run.
 
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "commands.h"
 #include "common.h"
@@ -118,7 +119,7 @@ RunFn add_bench_command(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Measure codec encode/decode throughput (GB/s of input) against memcpy in the same run");
-  cmd->add_option("inputs", a->inputs, "Tensor files to measure on (default: synthetic gradient-like float32 data)");
+  cmd->add_option("INPUT", a->inputs, "Tensor files to measure on (default: synthetic gradient-like float32 data)");
   // One value per -c and per --threads, so that an input file after them stays an input.
   cmd->add_option("-c,--codec", a->specs, "Codec spec to measure; repeatable, e.g. -c qsgd -c 'topk:ratio=0.01'")
       ->allow_extra_args(false)
@@ -126,8 +127,11 @@ RunFn add_bench_command(CLI::App& app) {
   CLI::Option* size_mib = cmd->add_option("--size-mib", a->size_mib,
                                           "Size of the synthetic data in MiB (the run holds about five copies of it); "
                                           "not used with input files")
+                              ->check(whole_number(INT64_MAX))
                               ->capture_default_str();
-  cmd->add_option("--repeat", a->repeats, "Timed runs per measurement; the best is reported")->capture_default_str();
+  cmd->add_option("--repeat", a->repeats, "Timed runs per measurement; the best is reported")
+      ->check(whole_number(INT_MAX))
+      ->capture_default_str();
   cmd->add_option("--threads", a->threads,
                   "Thread counts to measure, 1.." + std::to_string(kBenchMaxThreads) +
                       " (element-wise codecs split each tensor; whole-tensor codecs take one each)")

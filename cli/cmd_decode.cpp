@@ -14,7 +14,7 @@ RunFn add_decode_command(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("decode", "Decode a .gcz file back into tensors");
-  cmd->add_option("input", a->input, "The .gcz file")->required();
+  cmd->add_option("FILE", a->input, "The .gcz file")->required();
   cmd->add_option("-o,--output", a->output,
                   "Output; the format follows the extension: .safetensors, .npz, .npy (one tensor), .h5/.hdf5, "
                   ".bin/.raw (one tensor), or a directory (ending in '/', or an existing empty one: one .npy per "

@@ -48,7 +48,7 @@ RunFn add_info_command(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("info", "Show the tensors, codecs and streams of a .gcz file");
-  cmd->add_option("input", a->input, "The .gcz file")->required();
+  cmd->add_option("FILE", a->input, "The .gcz file")->required();
   cmd->add_flag("--json", a->json,
                 "Print the file's index (FORMAT.md §5) as JSON, with path, file_size and version_minor added");
   cmd->footer("Examples:\n  gcz info grads.gcz\n  gcz info grads.gcz --json | jq '.tensors[].name'");

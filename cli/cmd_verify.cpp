@@ -15,7 +15,7 @@ RunFn add_verify_command(CLI::App& app) {
       "verify",
       "Check .gcz files completely: structure, index and stream checksums, zstd frames, padding, and every "
       "tensor decoded through its codec");
-  cmd->add_option("inputs", *inputs, "The .gcz files")->required();
+  cmd->add_option("FILE", *inputs, "The .gcz files")->required();
   cmd->footer("Examples:\n  gcz verify grads.gcz\n  gcz verify checkpoints/*.gcz   # exit code of the first failure");
   return [inputs]() {
     int rc = kExitOk;

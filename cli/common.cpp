@@ -222,10 +222,7 @@ Result<DeviceRequest> parse_device(const std::string& text) {
   return *d;
 }
 
-namespace {
-
-// A whole number in 0..most, as typed: CLI11's own conversion would wrap "-1" and saturate "1e23".
-CLI::Validator whole_number(uint64_t most = UINT64_MAX) {
+CLI::Validator whole_number(uint64_t most) {
   return CLI::Validator(
       [most](std::string& v) -> std::string {
         errno = 0;
@@ -236,8 +233,6 @@ CLI::Validator whole_number(uint64_t most = UINT64_MAX) {
       },
       "");
 }
-
-}  // namespace
 
 const char* const kCodecParametersHelp =
     "Codec parameters, the default first (docs/CLI.md, 'Codec specs', and docs/CODECS.md explain them):\n"

@@ -1,5 +1,6 @@
 // gcz — encode gradient dumps into .gcz files with the codecs of distributed training, and report what
-// the compression costs and loses. This file only dispatches to the subcommands (cli/cmd_*.cpp).
+// the compression costs and loses. This file dispatches to the subcommands (cli/cmd_*.cpp), and says
+// what is wrong with a command line.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -9,9 +10,12 @@
 #include <exception>
 #include <map>
 #include <new>
+#include <optional>
+#include <regex>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -62,17 +66,90 @@ void stop_cleanly_on_signals() {
   }
 }
 
+// The innermost command the arguments named (gcz itself when none).
+CLI::App* innermost_command(CLI::App& app) {
+  CLI::App* at = &app;
+  for (auto subs = at->get_subcommands(); !subs.empty(); subs = at->get_subcommands()) at = subs.front();
+  return at;
+}
+
+std::string joined(const std::vector<std::string>& words, const char* between) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : between) + w;
+  return out;
+}
+
+std::string command_names(CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  return joined(names, ", ");
+}
+
+// CLI11's message for a parse error, said as gcz says its others.
+std::string usage_message(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+  const std::string what = e.what();
+  CLI::App* command = innermost_command(app);
+  std::smatch m;
+  if (command == &app && dynamic_cast<const CLI::RequiredError*>(&e)) {  // no command, or only options
+    const std::string names = command_names(app);
+    if (argc > 1 && argv[1][0] != '-')
+      return "unknown command '" + std::string(argv[1]) + "' (commands: " + names + ")";
+    if (argc > 1)
+      return "unknown option '" + std::string(argv[1]) + "' (before a command gcz takes --help and --version)";
+    return "no command given (commands: " + names + ")";
+  }
+  if (dynamic_cast<const CLI::RequiredError*>(&e) && std::regex_match(what, m, std::regex("(.+) is required"))) {
+    for (const CLI::Option* o : command->get_options()) {
+      if (o->get_name() != m[1].str() || !o->get_positional()) continue;
+      std::string about = o->get_description();
+      about = about.substr(0, about.find_first_of(":;("));
+      if (!about.empty()) about[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(about[0])));
+      return "missing " + o->get_name() + " (" + about + ")";
+    }
+    return what;
+  }
+  if (std::regex_match(what, m, std::regex("(.+): At Most 1 required but received (\\d+)"))) {
+    std::string out = m[1].str() + " takes one value and was given " + m[2].str();
+    if (m[1] == "--codec")
+      out += " (one spec for every tensor: --rule GLOB=SPEC chooses per tensor, gcz bench compares codecs)";
+    return out;
+  }
+  if (std::regex_match(what, m, std::regex("(.+): \\d+ required \\S+ missing"))) return m[1].str() + " needs a value";
+  if (std::regex_match(what, m, std::regex("Could not convert: (\\S+) = (.*)"))) {
+    return m[1].str() + ": '" + m[2].str() + "' is not a value it takes";
+  }
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {  // CLI11 lists them last first
+    const std::vector<std::string> extra = command->remaining();
+    return (extra.size() == 1 ? "unexpected argument '" + extra[0] + "'"
+                              : "unexpected arguments '" + joined(extra, " ") + "'") +
+           " for gcz" + (command == &app ? "" : " " + command->get_name());
+  }
+  return what;
+}
+
 // A command-line error as one line: "gcz: error: WHAT (see 'gcz [COMMAND] --help')".
 int usage_error(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
-  std::string command = "gcz";
-  for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
-  std::string what = e.what();
-  if (command == "gcz" && argc > 1 && argv[1][0] != '-') {
-    std::string names;
-    for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
-    what = "unknown command '" + std::string(argv[1]) + "' (commands: " + names + ")";
+  CLI::App* command = innermost_command(app);
+  const std::string help = command == &app ? "gcz" : "gcz " + command->get_name();
+  std::fprintf(stderr, "gcz: error: %s%s\n", usage_message(app, argc, argv, e).c_str(),
+               gcz::cli::see_help(help).c_str());
+  return gcz::cli::kExitUsage;
+}
+
+// `gcz help [COMMAND]`: the help of gcz or of COMMAND, as --help prints it.
+std::optional<int> help_command(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "help") return std::nullopt;
+  if (argc == 2) {
+    std::printf("%s", app.help().c_str());
+    return gcz::cli::kExitOk;
   }
-  std::fprintf(stderr, "gcz: error: %s%s\n", what.c_str(), gcz::cli::see_help(command).c_str());
+  for (CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() == argv[2] && argc == 3) {
+      std::printf("%s", sub->help(app.get_name()).c_str());
+      return gcz::cli::kExitOk;
+    }
+  }
+  std::fprintf(stderr, "gcz: error: 'gcz help' takes one command: %s (see 'gcz --help')\n", command_names(app).c_str());
   return gcz::cli::kExitUsage;
 }
 
@@ -93,14 +170,14 @@ int main(int argc, char** argv) {
       "  gcz verify grads.gcz\n"
       "  gcz decode grads.gcz -o restored.safetensors\n"
       "  gcz bench -c fp16 -c bf16                     # throughput against memcpy\n"
-      "Run 'gcz COMMAND --help' for each command's options.\n"
+      "Run 'gcz COMMAND --help' (or 'gcz help COMMAND') for each command's options.\n"
       "Exit codes: 0 success (warnings may have been printed), 1 internal error (a bug in gcz), 2 usage (option,\n"
       "argument, codec spec or rule), 3 I/O, 4 bad input (a file breaks its format's rules), 5 unsupported (a\n"
       "dtype, format version, codec or extension gcz does not handle, or a tensor too large for the memory gcz\n"
       "may use), 6 checksum mismatch in a .gcz file, 7 device (--device cuda without a usable GPU or CUDA\n"
       "build, or a device failure).");
-  app.set_version_flag("--version", std::string("gcz ") + GCZ_CLI_VERSION +
-                                        (gcz::built_with_cuda() ? " (CUDA backend built in)" : " (CPU only)"));
+  app.set_version_flag("-V,--version", std::string("gcz ") + GCZ_CLI_VERSION +
+                                           (gcz::built_with_cuda() ? " (CUDA backend built in)" : " (CPU only)"));
   app.require_subcommand(1);
   std::map<CLI::App*, RunFn> runs;
   auto add = [&](RunFn (*fn)(CLI::App&)) {
@@ -114,6 +191,7 @@ int main(int argc, char** argv) {
   add(add_info_command);
   add(add_verify_command);
   add(add_bench_command);
+  if (auto help = help_command(app, argc, argv)) return *help;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

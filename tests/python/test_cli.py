@@ -1510,11 +1510,29 @@ def test_a_rule_that_matches_nothing_is_a_warning(tmp_path):
     (["eval", "x.npy", "--threads", "100000"], "not a whole number in 0..1024"),
     (["eval", "x.npy", "--seed", "99999999999999999999999"], "not a whole number in 0..18446744073709551615"),
     (["encode", "x.npy", "-o", "x.gcz", "--meta", "gcz.ef_steps=3"], "gcz's own"),
+    ([], "no command given (commands: encode, eval, decode, info, verify, bench)"),
+    (["-X"], "unknown option '-X'"),
+    (["eval", "x.npy", "-c", "fp16", "-c", "bf16"], "--codec takes one value and was given 2"),
+    (["eval", "x.npy", "-c"], "--codec needs a value"),
+    (["eval"], "missing INPUT (gradient dumps)"),
+    (["info"], "missing FILE (the .gcz file)"),
+    (["verify"], "missing FILE (the .gcz files)"),
+    (["info", "a.gcz", "b.gcz"], "unexpected argument 'b.gcz' for gcz info"),
+    (["decode", "x.gcz", "-o", "y.npy", "--threads", "2"], "unexpected arguments '--threads 2' for gcz decode"),
+    (["bench", "--size-mib", "1.5"], "--size-mib: '1.5' is not a whole number"),
+    (["help", "nope"], "'gcz help' takes one command"),
 ])
 def test_command_line_mistakes_are_one_line(args, words):
     r = gcz(*args)
     assert r.returncode == EXIT_USAGE and r.stdout == "", r
     assert words in error_line(r)
+
+
+def test_help_command_prints_what_help_options_print():
+    for command in ([], ["encode"], ["bench"]):
+        r = gcz("help", *command, check=True)
+        assert r.stdout == gcz(*command, "--help", check=True).stdout and r.stderr == "", command
+    assert gcz("-V", check=True).stdout == gcz("--version", check=True).stdout
 
 
 @needs_samples
