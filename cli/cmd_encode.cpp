@@ -1,7 +1,6 @@
 // gcz encode: tensor files in, one .gcz out, report on stdout.
 #include <cstdio>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -11,23 +10,6 @@
 #include "report.h"
 
 namespace gcz::cli {
-namespace {
-
-// A state that holds residuals but none for this step's tensors is likely another model's, or
-// another run's: it was used all the same (every tensor started from zero), so say so.
-void warn_if_state_is_foreign(const std::string& state, const std::vector<std::string>& state_names,
-                              const EncodeReport& report) {
-  const std::set<std::string> held(state_names.begin(), state_names.end());
-  for (const TensorReport& t : report.tensors) {
-    if (held.count(t.name)) return;
-  }
-  std::fprintf(stderr,
-               "gcz: warning: --ef-state %s: its %zu residuals share no tensor name with this step's input (the "
-               "state of another model or run?): every tensor started from zero, and the state now holds both\n",
-               printable(state).c_str(), state_names.size());
-}
-
-}  // namespace
 
 RunFn add_encode_command(CLI::App& app) {
   struct Args {
@@ -69,15 +51,14 @@ RunFn add_encode_command(CLI::App& app) {
       return report_error(s);
     }
     std::optional<ErrorFeedback> ef;
-    std::vector<std::string> state_names;
     if (!a->ef_state.empty()) {
       auto loaded = ErrorFeedback::load(a->ef_state);
       if (!loaded) return report_error(loaded.status().with_context("--ef-state"));
       ef = std::move(*loaded);
-      state_names = ef->names();
       options->error_feedback = &*ef;
       options->ef_state_path = a->ef_state;
       options->ef_codec = a->ef_codec;
+      options->refuse_foreign_state = true;
     } else if (ef_codec->count() > 0) {
       std::fprintf(stderr, "gcz: note: --ef-codec applies to the --ef-state file, and none is given\n");
     }
@@ -89,7 +70,6 @@ RunFn add_encode_command(CLI::App& app) {
     if (!report) return report_error(report.status());
     if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format, *view);
     print_warnings(*report);
-    if (!state_names.empty()) warn_if_state_is_foreign(a->ef_state, state_names, *report);
     return static_cast<int>(kExitOk);
   };
 }

@@ -100,8 +100,10 @@ RunFn add_eval_command(CLI::App& app) {
                          [&](const TensorReport& t) { return before.count(t.name) > 0; })) {
           std::fprintf(stderr,
                        "gcz: warning: %s: no tensor of this step is named as one of the step before, so "
-                       "sum_rel_l2 starts again for every tensor (steps of one model share their names)\n",
-                       printable(input).c_str());
+                       "%s again for every tensor (steps of one model share their names; a .npy's tensor is named "
+                       "after its file: keep one file name from step to step, e.g. step_1/grad.npy, "
+                       "step_2/grad.npy)\n",
+                       printable(input).c_str(), a->ef ? "sum_rel_l2 and the residuals start" : "sum_rel_l2 starts");
         }
       }
       if (rules.empty()) rules = report->rules;

@@ -4,12 +4,13 @@
 #include <set>
 #include <thread>
 
+#include "error_feedback_step.h"
+#include "file_util.h"
 #include "gcz/codec_spec.h"
 #include "gcz/container.h"
 #include "gcz/detail/utf8.h"
+#include "gcz/error_feedback.h"
 #include "gcz/pipeline.h"
-#include "error_feedback_step.h"
-#include "file_util.h"
 #include "tensor_encoder.h"
 
 namespace gcz {
@@ -54,6 +55,33 @@ Status check_not_an_input(const std::string& output, const std::string& input) {
   if (end != dir.end()) return Status::ok();
   return invalid_argument(output + ": the output would be a tensor file inside the input directory " + input +
                           "; write it elsewhere");
+}
+
+// A state that holds residuals, but none for a tensor of this step, is another model's or another
+// run's, or the tensors have been renamed (a .npy's tensor takes its file's name).
+Status check_state_matches(const ErrorFeedback& ef, const std::string& path,
+                           const std::map<std::string, std::string>& inputs) {
+  const std::vector<std::string> held = ef.names();
+  if (held.empty()) return Status::ok();
+  for (const auto& [name, file] : inputs) {
+    if (ef.find(name)) return Status::ok();
+  }
+  auto listed = [](const auto& names, auto name_of) {
+    std::string out;
+    std::size_t k = 0;
+    for (const auto& n : names) {
+      if (k++ == 3) return out + ", ... (" + std::to_string(names.size()) + " in all)";
+      out += (out.empty() ? "'" : ", '") + std::string(name_of(n)) + "'";
+    }
+    return out;
+  };
+  const std::string state = path.empty() ? "the error-feedback state" : "the state " + path;
+  return invalid_argument(state + " holds residuals for " + listed(held, [](const std::string& n) { return n; }) +
+                          " and none for this step's tensors " +
+                          listed(inputs, [](const auto& kv) { return kv.first; }) +
+                          ": another model's or run's state (start a new state file), or tensors renamed since (a "
+                          ".npy's tensor is named after its file: keep one file name from step to step, e.g. "
+                          "step_1/grad.npy, step_2/grad.npy)");
 }
 
 }  // namespace
@@ -126,6 +154,9 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
     }
     for (const SkippedTensor& s : reader->skipped()) report.skipped.push_back({s.name, s.reason, path});
     readers.push_back(std::move(reader));
+  }
+  if (options.error_feedback && options.refuse_foreign_state) {
+    GCZ_RETURN_IF_ERROR(check_state_matches(*options.error_feedback, options.ef_state_path, seen));
   }
   if (tensor_count == 0) {
     // Nothing to encode is a mistake (an empty directory, a dump of integers), as for one .npy of them.

@@ -1407,17 +1407,22 @@ def test_state_mistakes_are_caught_and_named(tmp_path):
     # --ef-codec without a state has nothing to apply to.
     r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-codec", "fp16", "-q", check=True)
     assert "gcz: note: --ef-codec applies to the --ef-state file, and none is given" in r.stderr.splitlines()
-    # A state that shares no tensor name with the step is used, with a warning.
+    # A state that shares no tensor name with the step is refused before any work, naming both sides.
     np.save(tmp_path / "other.npy", np.ones(10, np.float32))
     gcz("encode", src, "-o", tmp_path / "o.gcz", "-c", "fp16", "--ef-state", tmp_path / "ef.gcz", "-q", check=True)
+    state_before = (tmp_path / "ef.gcz").read_bytes()
     r = gcz("encode", tmp_path / "other.npy", "-o", tmp_path / "o2.gcz", "-c", "fp16", "--ef-state",
+            tmp_path / "ef.gcz", "-q")
+    assert r.returncode == EXIT_USAGE and not (tmp_path / "o2.gcz").exists(), r.stderr
+    line = error_line(r)
+    assert f"the state {tmp_path}/ef.gcz holds residuals for 'blocks.0.mix.bias', " in line, line
+    assert ", ... (22 in all) and none for this step's tensors 'other': another model's or run's state" in line, line
+    assert (tmp_path / "ef.gcz").read_bytes() == state_before
+    # One name shared is enough (a tensor new to the state starts from zero).
+    np.save(tmp_path / "other.npy", np.ones(10, np.float32))
+    r = gcz("encode", src, tmp_path / "other.npy", "-o", tmp_path / "o.gcz", "-c", "fp16", "--ef-state",
             tmp_path / "ef.gcz", "-q", check=True)
-    assert [ln for ln in r.stderr.splitlines() if "share no tensor name" in ln] == [
-        f"gcz: warning: --ef-state {tmp_path}/ef.gcz: its 22 residuals share no tensor name with this step's input "
-        "(the state of another model or run?): every tensor started from zero, and the state now holds both"]
-    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "-c", "fp16", "--ef-state", tmp_path / "ef.gcz", "-q",
-            check=True)
-    assert "share no tensor name" not in r.stderr
+    assert r.stderr == ""
     # A tensor whose shape changed: the error names the state, and says what to do.
     np.save(tmp_path / "other.npy", np.ones(12, np.float32))
     r = gcz("encode", tmp_path / "other.npy", "-o", tmp_path / "o3.gcz", "--ef-state", tmp_path / "ef.gcz", "-q")
@@ -1841,7 +1846,8 @@ def test_eval_steps_that_share_no_name_are_warned_of(tmp_path):
     r = gcz("eval", "--steps", "a.npy", "a.npy", "b.npy", "-q", cwd=tmp_path, check=True)
     assert r.stderr.splitlines() == [
         "gcz: warning: b.npy: no tensor of this step is named as one of the step before, so sum_rel_l2 starts "
-        "again for every tensor (steps of one model share their names)"], r.stderr
+        "again for every tensor (steps of one model share their names; a .npy's tensor is named after its file: "
+        "keep one file name from step to step, e.g. step_1/grad.npy, step_2/grad.npy)"], r.stderr
 
 
 def test_norm_ratio_warnings_name_five_tensors_and_count_the_rest(tmp_path):

@@ -81,6 +81,9 @@ struct EncodeOptions {
   // leaves both or neither.
   std::string ef_state_path;
   std::string ef_codec = "none";
+  // With error_feedback: refuse (kInvalidArgument, before any output) inputs none of whose tensors the
+  // state holds a residual for, when it holds any: another model's state, or tensors renamed.
+  bool refuse_foreign_state = false;
 };
 
 // With error feedback and tracked sums: how far the sum of decoded steps is from the sum of true
