@@ -20,6 +20,7 @@ void print_table(const GczReader& r) {
               static_cast<unsigned long long>(r.file_size()), idx.tensors.size());
   for (const auto& [k, v] : idx.metadata) std::printf("metadata  %s=%s\n", printable(k).c_str(), printable(v).c_str());
   std::vector<std::vector<std::string>> rows = {{"tensor", "dtype", "shape", "codec", "streams", "stored", "ratio"}};
+  bool widened = false;  // a tensor encoded in a wider dtype than its input's (error feedback's float32)
   for (const TensorRecord& t : idx.tensors) {
     uint64_t stored = 0;
     std::string streams;
@@ -27,16 +28,26 @@ void print_table(const GczReader& r) {
       stored += s.length;
       streams += (streams.empty() ? "" : " ") + s.name + ":" + stream_encoding_name(s.encoding);
     }
+    // The ratio is to the input's bytes, as the writing run's report gave it, where the index records them.
+    const uint64_t held = *t.info.byte_size();
+    const uint64_t input = t.metrics && t.metrics->bytes_in > 0 ? t.metrics->bytes_in : held;
+    const bool wider = input < held;
+    widened = widened || wider;
     char ratio[32];
-    const double in = static_cast<double>(*t.info.byte_size());
-    if (stored) std::snprintf(ratio, sizeof ratio, "%.2f", in / static_cast<double>(stored));
+    if (stored)
+      std::snprintf(ratio, sizeof ratio, "%.2f", static_cast<double>(input) / static_cast<double>(stored));
     else std::snprintf(ratio, sizeof ratio, "-");
-    rows.push_back({table_cell(printable(t.info.name)), std::string(dtype_name(t.info.dtype)),
+    rows.push_back({table_cell(printable(t.info.name)), std::string(dtype_name(t.info.dtype)) + (wider ? "*" : ""),
                     shape_to_string(t.info.shape), printable(brief_spec(chain_to_string(t.chain))), printable(streams),
                     human_bytes(stored), ratio});
   }
   std::printf("\n");
   print_columns(stdout, rows, 5);
+  if (widened) {
+    std::printf(
+        "\n* encoded wider than its input (error feedback encodes float16 and bfloat16 as float32); its ratio is "
+        "to the input's bytes, as the writing run reported it\n");
+  }
 }
 
 }  // namespace

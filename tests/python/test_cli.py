@@ -618,6 +618,26 @@ def test_info_json_shows_the_stored_metrics(tmp_path):
     assert "metrics" not in info["tensors"][0] and "metrics" in info["tensors"][1]
 
 
+@needs_samples
+def test_info_ratio_is_to_the_inputs_bytes_for_bfloat16_encoded_with_error_feedback(tmp_path):
+    """Error feedback holds a bfloat16 input as float32: info marks the dtype and keeps the ratio to
+    the input's 2 bytes per element, as the report did, not to the 4 it is held in."""
+    gcz("encode", SAMPLE_BF16, "-o", tmp_path / "b.gcz", "-c", "topk", "--ef-state", tmp_path / "ef.gcz", "-q",
+        check=True)
+    info = json.loads(gcz("info", tmp_path / "b.gcz", "--json", check=True).stdout)
+    stored = {t["name"]: (sum(s["length"] for s in t["streams"]), t["metrics"]["bytes_in"]) for t in info["tensors"]}
+    assert all(t["dtype"] == "float32" and t["metrics"]["bytes_in"] == 2 * t["metrics"]["numel"]
+               for t in info["tensors"])
+    lines = gcz("info", tmp_path / "b.gcz", check=True).stdout.splitlines()
+    rows = {ln.split()[0]: ln.split() for ln in lines if ln.split() and ln.split()[0] in stored}
+    for name, (length, bytes_in) in stored.items():
+        assert rows[name][1] == "float32*", rows[name]
+        assert rows[name][-1] == f"{bytes_in / length:.2f}", (name, rows[name], bytes_in, length)
+    assert lines[-1].startswith("* encoded wider than its input"), lines[-1]
+    plain = gcz("info", tmp_path / "ef.gcz", check=True).stdout  # the state's residuals are float32 inputs
+    assert "*" not in plain
+
+
 def test_decode_to_h5(lossless, tmp_path):
     gz, want = lossless
     gcz("decode", gz, "-o", tmp_path / "r.h5", check=True)
