@@ -279,9 +279,10 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
 void print_warnings(const EncodeReport& report, bool rules, const std::string& step) {
   const std::string at = step.empty() ? std::string() : printable(step) + ": ";
   // A codec that shrinks every tensor (Top-K at 1%) would name them all: the first few are named,
-  // the rest counted.
-  constexpr std::size_t kMostNormRatioWarnings = 5;
+  // the rest counted; a step of eval --steps gets one line, naming the lowest.
+  const std::size_t most_named = step.empty() ? 5 : 0;
   std::size_t low_norm = 0;
+  const TensorReport* lowest = nullptr;
   for (const TensorReport& t : report.tensors) {
     const Metrics& m = t.metrics;
     const std::string name = printable(t.name);
@@ -300,18 +301,26 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
                    at.c_str(), name.c_str(), static_cast<unsigned long long>(m.decoded_nonfinite),
                    printable(t.codec).c_str(), half ? " (float16 ends at 65504)" : "");
     }
-    if (m.norm_ratio < kNormRatioWarning && ++low_norm <= kMostNormRatioWarnings) {
+    if (!(m.norm_ratio < kNormRatioWarning)) continue;
+    if (!lowest || m.norm_ratio < lowest->metrics.norm_ratio) lowest = &t;
+    if (++low_norm <= most_named) {
       std::fprintf(stderr,
                    "gcz: warning: %stensor '%s': norm ratio %.3f is below %.1f: the codec shrinks this "
                    "gradient (over-compression?)\n",
                    at.c_str(), name.c_str(), m.norm_ratio, kNormRatioWarning);
     }
   }
-  if (low_norm > kMostNormRatioWarnings) {
+  if (most_named == 0 && low_norm > 0) {
+    std::fprintf(stderr,
+                 "gcz: warning: %s%zu tensor%s a norm ratio below %.1f, the lowest '%s' at %.3f: the codec shrinks "
+                 "these gradients (over-compression?)\n",
+                 at.c_str(), low_norm, low_norm == 1 ? " has" : "s have", kNormRatioWarning,
+                 printable(lowest->name).c_str(), lowest->metrics.norm_ratio);
+  } else if (low_norm > most_named) {
     std::fprintf(stderr,
                  "gcz: warning: %s%zu more tensors have a norm ratio below %.1f (the report's norm_ratio column "
                  "has every tensor's)\n",
-                 at.c_str(), low_norm - kMostNormRatioWarnings, kNormRatioWarning);
+                 at.c_str(), low_norm - most_named, kNormRatioWarning);
   }
   for (const SkippedTensor& s : report.skipped) {
     std::fprintf(stderr, "gcz: note: skipped %s: %s: %s\n", printable(s.file).c_str(), printable(s.name).c_str(),

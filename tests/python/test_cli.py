@@ -1782,11 +1782,16 @@ def test_inputs_without_a_floating_tensor_are_an_error(command, tmp_path):
 
 @needs_samples
 def test_eval_steps_warnings_name_their_step():
-    r = gcz("eval", "--steps", SAMPLE, SAMPLE_BF16, "-c", "topk", "-q", check=True)
+    """One norm-ratio line per step: how many tensors, and the lowest, as the step's JSON has them."""
+    r = gcz("eval", "--steps", SAMPLE, SAMPLE_BF16, "-c", "topk", "--json", check=True)
     warnings = [line for line in r.stderr.splitlines() if "norm ratio" in line]
-    assert warnings and all(line.startswith(f"gcz: warning: {SAMPLE}: ") or
-                            line.startswith(f"gcz: warning: {SAMPLE_BF16}: ") for line in warnings), r.stderr
-    assert any(str(SAMPLE_BF16) in line for line in warnings), r.stderr
+    assert len(warnings) == 2, r.stderr
+    for line, step, path in zip(warnings, json.loads(r.stdout)["steps"], (SAMPLE, SAMPLE_BF16)):
+        low = [t for t in step["tensors"] if t["metrics"]["norm_ratio"] < 0.9]
+        worst = min(low, key=lambda t: t["metrics"]["norm_ratio"])
+        assert line == (f"gcz: warning: {path}: {len(low)} tensors have a norm ratio below 0.9, the lowest "
+                        f"'{worst['name']}' at {worst['metrics']['norm_ratio']:.3f}: the codec shrinks these "
+                        "gradients (over-compression?)"), line
 
 
 def test_eval_steps_count_a_rule_used_by_any_step(tmp_path):
