@@ -16,8 +16,8 @@ void print_table(const GczReader& r) {
   std::printf("file      %s\n", printable(r.path()).c_str());
   std::printf("format    gcz %u.%u, written by %s\n", kFormatVersionMajor, idx.version_minor,
               printable(idx.producer).c_str());
-  std::printf("size      %s (%llu bytes), %zu tensors\n", human_bytes(r.file_size()).c_str(),
-              static_cast<unsigned long long>(r.file_size()), idx.tensors.size());
+  std::printf("size      %s (%llu bytes), %s\n", human_bytes(r.file_size()).c_str(),
+              static_cast<unsigned long long>(r.file_size()), count_of(idx.tensors.size(), "tensor").c_str());
   for (const auto& [k, v] : idx.metadata) std::printf("metadata  %s=%s\n", printable(k).c_str(), printable(v).c_str());
   std::vector<std::vector<std::string>> rows = {{"tensor", "dtype", "shape", "codec", "streams", "stored", "ratio"}};
   bool widened = false;  // a tensor encoded in a wider dtype than its input's (error feedback's float32)

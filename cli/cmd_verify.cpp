@@ -39,8 +39,8 @@ RunFn add_verify_command(CLI::App& app) {
       }
       uint64_t streams = 0;
       for (const TensorRecord& t : (*reader)->index().tensors) streams += t.streams.size();
-      std::printf("%s: ok (%zu tensors, %llu streams, %s)\n", printable(path).c_str(),
-                  (*reader)->index().tensors.size(), static_cast<unsigned long long>(streams),
+      std::printf("%s: ok (%s, %s, %s)\n", printable(path).c_str(),
+                  count_of((*reader)->index().tensors.size(), "tensor").c_str(), count_of(streams, "stream").c_str(),
                   human_bytes((*reader)->file_size()).c_str());
     }
     return rc;

@@ -20,6 +20,10 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// Two decimals, or two significant digits where those would show a nonzero value as 0.00 (the bits
+// per element of a Top-K of one element in millions).
+std::string fmt_small(double v) { return v != 0 && std::fabs(v) < 0.005 ? fmt("%.1e", v) : fmt("%.2f", v); }
+
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json metrics_json(const Metrics& m) {
@@ -46,7 +50,7 @@ std::vector<std::string> cells(const Row& r) {
           human_bytes(m.bytes_in),
           human_bytes(m.bytes_out),
           fmt("%.2f", m.ratio),
-          fmt("%.2f", m.bits_per_element),
+          fmt_small(m.bits_per_element),
           fmt("%.3e", m.rel_l2),
           fmt("%.6f", m.cosine),
           fmt("%.3e", m.max_abs_error),
@@ -157,8 +161,7 @@ std::vector<Row> rows_of(const EncodeReport& report, const ReportView& view) {
     rows.push_back(
         {t->name, shape_to_string(t->shape), std::string(dtype_name(t->dtype)), t->codec, &t->metrics, t->cumulative});
   }
-  rows.push_back({"TOTAL", std::to_string(report.tensors.size()) + " tensors", "", "", &report.total,
-                  report.cumulative});
+  rows.push_back({"TOTAL", count_of(report.tensors.size(), "tensor"), "", "", &report.total, report.cumulative});
   return rows;
 }
 
@@ -197,6 +200,10 @@ std::string human_bytes(uint64_t bytes) {
   if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
   else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
   return buf;
+}
+
+std::string count_of(uint64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
 Result<ReportView> parse_report_view(const std::string& sort, uint64_t top, bool steps) {
@@ -287,19 +294,19 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
     const Metrics& m = t.metrics;
     const std::string name = printable(t.name);
     if (m.nonfinite > 0) {
-      std::fprintf(stderr,
-                   "gcz: warning: %stensor '%s': %llu non-finite values (NaN/Inf) in the input, left out of "
-                   "the error metrics\n",
-                   at.c_str(), name.c_str(), static_cast<unsigned long long>(m.nonfinite));
+      std::fprintf(stderr, "gcz: warning: %stensor '%s': %s (NaN/Inf) in the input, left out of the error metrics\n",
+                   at.c_str(), name.c_str(), count_of(m.nonfinite, "non-finite value").c_str());
     }
     if (m.decoded_nonfinite > 0) {
       // float16, the narrowest type a codec stores or decodes to, is the one that overflows first.
       const bool half = t.dtype == DType::kFloat16 || t.codec.find("fp16") != std::string::npos;
-      std::fprintf(stderr,
-                   "gcz: warning: %stensor '%s': %llu decoded values are infinite or NaN where the input is finite: "
-                   "%s overflowed a type it stores or decodes to%s; they are in the error metrics\n",
-                   at.c_str(), name.c_str(), static_cast<unsigned long long>(m.decoded_nonfinite),
-                   printable(t.codec).c_str(), half ? " (float16 ends at 65504)" : "");
+      std::fprintf(
+          stderr,
+          "gcz: warning: %stensor '%s': %s infinite or NaN where the input is finite: "
+          "%s overflowed a type it stores or decodes to%s; they are in the error metrics\n",
+          at.c_str(), name.c_str(),
+          (count_of(m.decoded_nonfinite, "decoded value") + (m.decoded_nonfinite == 1 ? " is" : " are")).c_str(),
+          printable(t.codec).c_str(), half ? " (float16 ends at 65504)" : "");
     }
     if (!(m.norm_ratio < kNormRatioWarning)) continue;
     if (!lowest || m.norm_ratio < lowest->metrics.norm_ratio) lowest = &t;
@@ -317,10 +324,11 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
                  at.c_str(), low_norm, low_norm == 1 ? " has" : "s have", kNormRatioWarning,
                  printable(lowest->name).c_str(), lowest->metrics.norm_ratio);
   } else if (low_norm > most_named) {
+    const std::size_t more = low_norm - most_named;
     std::fprintf(stderr,
-                 "gcz: warning: %s%zu more tensors have a norm ratio below %.1f (the report's norm_ratio column "
-                 "has every tensor's)\n",
-                 at.c_str(), low_norm - most_named, kNormRatioWarning);
+                 "gcz: warning: %s%zu more tensor%s a norm ratio below %.1f (the report's norm_ratio column has "
+                 "every tensor's)\n",
+                 at.c_str(), more, more == 1 ? " has" : "s have", kNormRatioWarning);
   }
   for (const SkippedTensor& s : report.skipped) {
     std::fprintf(stderr, "gcz: note: skipped %s: %s: %s\n", printable(s.file).c_str(), printable(s.name).c_str(),

@@ -40,5 +40,7 @@ void print_warnings(const EncodeReport& report, bool rules = true, const std::st
 void print_rule_warnings(const std::vector<RuleUse>& rules);
 // "1.5 MiB"
 std::string human_bytes(uint64_t bytes);
+// "1 tensor", "2 tensors": `noun` with an s unless n is 1.
+std::string count_of(uint64_t n, const std::string& noun);
 
 }  // namespace gcz::cli

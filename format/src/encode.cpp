@@ -113,6 +113,15 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   EncodeReport report;
   GCZ_ASSIGN_OR_RETURN(report.backend, resolve_backend(options.device));
 
+  // An input named twice would clash with itself, tensor by tensor: say so once.
+  std::map<std::filesystem::path, std::string> input_files;
+  for (const std::string& path : inputs) {
+    auto [it, fresh] = input_files.emplace(detail::resolved_path(path), path);
+    if (!fresh) {
+      return invalid_argument(path + ": the same input is given twice" +
+                              (it->second == path ? std::string() : " (as " + it->second + " too)"));
+    }
+  }
   // Open every input first: names are checked for clashes and the progress total is known.
   std::vector<std::unique_ptr<TensorFileReader>> readers;
   std::size_t tensor_count = 0;

@@ -435,20 +435,30 @@ Result<FileVersion> FileVersion::of(const std::string& path) {
   return io_error(path + ": cannot stat: " + std::strerror(errno));
 }
 
-Status check_output_path(const std::string& path) {
-  GCZ_RETURN_IF_ERROR(detail::check_output_file(path));
-  const std::filesystem::path dir = detail::directory_of(path);
+namespace detail {
+
+Status check_output_parent(const std::string& path) {
+  std::string trimmed = path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();  // a directory output's own name
+  const std::filesystem::path dir = directory_of(trimmed);
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     const bool exists = std::filesystem::exists(dir, ec);
     return io_error(path + ": " + dir.string() + (exists ? " is not a directory" : ": no such directory"));
   }
   // The output is created there under a temporary name, then renamed: both need the directory
-  // writable (for this process's effective user), which the encode would otherwise find out at its end.
+  // writable (for this process's effective user), which the writer would otherwise find out at its end.
   if (::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
     return io_error(path + ": cannot write in the directory " + dir.string() + ": " + std::strerror(errno));
   }
   return Status::ok();
+}
+
+}  // namespace detail
+
+Status check_output_path(const std::string& path) {
+  GCZ_RETURN_IF_ERROR(detail::check_output_file(path));
+  return detail::check_output_parent(path);
 }
 
 namespace {

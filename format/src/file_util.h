@@ -59,6 +59,9 @@ std::filesystem::path directory_of(const std::string& path);
 // Refuses an output path that is empty, or that exists and is not a regular file (a directory, a
 // symbolic link, a device, a pipe): the rename that puts an output in place would replace it.
 Status check_output_file(const std::string& path);
+// The directory an output (a file, or a directory named with or without a trailing '/') goes into
+// exists and this process may create and rename entries in it: io_error naming it otherwise.
+Status check_output_parent(const std::string& path);
 
 // Temporary paths of outputs not yet in place (files or directories), registered so that
 // remove_unfinished_outputs() (gcz/pipeline.h) can remove them for a program stopped by a signal.

@@ -92,6 +92,7 @@ Result<std::unique_ptr<TensorFileWriter>> create_tensor_file(const std::string& 
   const auto format = tensor_format_from_path(path);
   if (!format) return unknown_extension(path, true);
   if (*format != TensorFileFormat::kDirectory) GCZ_RETURN_IF_ERROR(detail::check_output_file(path));
+  GCZ_RETURN_IF_ERROR(detail::check_output_parent(path));
   switch (*format) {
     case TensorFileFormat::kNpy: return detail::create_npy_writer(path, tensors, options);
     case TensorFileFormat::kNpz: return detail::create_npz_writer(path, tensors, options);

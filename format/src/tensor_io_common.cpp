@@ -54,7 +54,7 @@ Status check_single_tensor(const std::string& path, const std::vector<TensorInfo
     return invalid_argument(path + ": " + format_name + " holds exactly one tensor, but " +
                             std::to_string(tensors.size()) +
                             " were given; write .npz, .safetensors, HDF5 or "
-                            "a directory instead");
+                            "a directory instead, or decode one (gcz decode -t NAME)");
   }
   return Status::ok();
 }

@@ -1553,6 +1553,33 @@ def test_command_line_mistakes_are_one_line(args, words):
     assert words in error_line(r)
 
 
+def test_small_things_said_plainly(tmp_path):
+    """One input given twice, an output in a missing directory, one .npy for several tensors, a single
+    tensor counted, and bits per element too small for two decimals."""
+    np.save(tmp_path / "a.npy", np.linspace(-1, 1, 1 << 20, dtype=np.float32))
+    r = gcz("eval", "a.npy", "./a.npy", cwd=tmp_path)
+    assert r.returncode == EXIT_USAGE
+    assert error_line(r).startswith("gcz: error: ./a.npy: the same input is given twice (as a.npy too)"), r.stderr
+    gcz("encode", tmp_path / "a.npy", tmp_path / "a.npy", "-o", tmp_path / "x.gcz", check=False)
+    assert not (tmp_path / "x.gcz").exists()
+    r = gcz("encode", tmp_path / "a.npy", "-o", tmp_path / "x.gcz", "-c", "topk:k=1", check=True)
+    total = [ln for ln in r.stdout.splitlines() if ln.startswith("TOTAL")][0].split()
+    assert total[1:3] == ["1", "tensor"], total
+    row = [ln for ln in r.stdout.splitlines() if ln.startswith("a ")][0]
+    assert re.search(r" \d\.\de-03 ", row) and " 0.00 " not in row, row  # bits/el: 8 * 350 B / 2^20
+    assert "(1 tensor, " in gcz("verify", tmp_path / "x.gcz", check=True).stdout
+    for out, words in ((tmp_path / "no" / "y.npz", f"{tmp_path / 'no' / 'y.npz'}: {tmp_path / 'no'}: no such directory"),
+                       (f"{tmp_path / 'no' / 'd'}/", f"{tmp_path / 'no'}: no such directory"),
+                       (tmp_path / "a.npy" / "y.npz", f"{tmp_path / 'a.npy'} is not a directory")):
+        r = gcz("decode", tmp_path / "x.gcz", "-o", out)
+        assert r.returncode == EXIT_IO and words in error_line(r), r.stderr
+    np.savez(tmp_path / "two.npz", p=np.ones(3, np.float32), q=np.ones(3, np.float32))
+    gcz("encode", tmp_path / "two.npz", "-o", tmp_path / "two.gcz", "-q", check=True)
+    r = gcz("decode", tmp_path / "two.gcz", "-o", tmp_path / "one.npy")
+    assert r.returncode == EXIT_USAGE and "or decode one (gcz decode -t NAME)" in error_line(r), r.stderr
+    gcz("decode", tmp_path / "two.gcz", "-o", tmp_path / "one.npy", "-t", "q", check=True)
+
+
 def test_help_command_prints_what_help_options_print():
     for command in ([], ["encode"], ["bench"]):
         r = gcz("help", *command, check=True)
