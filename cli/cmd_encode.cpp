@@ -1,5 +1,6 @@
 // gcz encode: tensor files in, one .gcz out, report on stdout.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,8 +51,16 @@ RunFn add_encode_command(CLI::App& app) {
     if (Status s = check_encode_outputs(a->encode.inputs, a->output, a->ef_state, a->ef_codec); !s) {
       return report_error(s);
     }
+    if (a->ef_state.empty() && ef_codec->count() > 0) {
+      return report_error(invalid_argument(
+          "--ef-codec is the codec of the --ef-state file's residuals, and no --ef-state is given (error feedback "
+          "needs one)"));
+    }
     std::optional<ErrorFeedback> ef;
+    bool new_state = false;  // said when done: a mistyped name would otherwise start a new state unseen
     if (!a->ef_state.empty()) {
+      std::error_code ec;
+      new_state = !std::filesystem::exists(a->ef_state, ec);
       auto loaded = ErrorFeedback::load(a->ef_state);
       if (!loaded) return report_error(loaded.status().with_context("--ef-state"));
       ef = std::move(*loaded);
@@ -59,8 +68,6 @@ RunFn add_encode_command(CLI::App& app) {
       options->ef_state_path = a->ef_state;
       options->ef_codec = a->ef_codec;
       options->refuse_foreign_state = true;
-    } else if (ef_codec->count() > 0) {
-      std::fprintf(stderr, "gcz: note: --ef-codec applies to the --ef-state file, and none is given\n");
     }
     note_unused_raw_options(a->encode.raw_dtype, a->encode.raw_shape, a->encode.inputs);
     ProgressLine progress("encoding");
@@ -70,6 +77,10 @@ RunFn add_encode_command(CLI::App& app) {
     if (!report) return report_error(report.status());
     if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format, *view);
     print_warnings(*report);
+    if (new_state) {
+      std::fprintf(stderr, "gcz: note: --ef-state %s did not exist: this was step 0, from zero residuals\n",
+                   printable(a->ef_state).c_str());
+    }
     return static_cast<int>(kExitOk);
   };
 }

@@ -1424,12 +1424,16 @@ def test_state_mistakes_are_caught_and_named(tmp_path):
     r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-state", tmp_path / "bad.gcz", "-q")
     assert r.returncode == EXIT_BAD_INPUT and error_line(r).startswith(f"gcz: error: --ef-state: {tmp_path}/bad.gcz")
     assert listing(tmp_path) == ["bad.gcz", "g.safetensors"]
-    # --ef-codec without a state has nothing to apply to.
-    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-codec", "fp16", "-q", check=True)
-    assert "gcz: note: --ef-codec applies to the --ef-state file, and none is given" in r.stderr.splitlines()
+    # --ef-codec without a state: error feedback was meant, and is not on.
+    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "--ef-codec", "fp16", "-q")
+    assert r.returncode == EXIT_USAGE and "no --ef-state is given" in error_line(r), r.stderr
+    assert listing(tmp_path) == ["bad.gcz", "g.safetensors"]
     # A state that shares no tensor name with the step is refused before any work, naming both sides.
     np.save(tmp_path / "other.npy", np.ones(10, np.float32))
-    gcz("encode", src, "-o", tmp_path / "o.gcz", "-c", "fp16", "--ef-state", tmp_path / "ef.gcz", "-q", check=True)
+    r = gcz("encode", src, "-o", tmp_path / "o.gcz", "-c", "fp16", "--ef-state", tmp_path / "ef.gcz", "-q",
+            check=True)
+    assert r.stderr.splitlines() == [f"gcz: note: --ef-state {tmp_path}/ef.gcz did not exist: this was step 0, "
+                                     "from zero residuals"], r.stderr
     state_before = (tmp_path / "ef.gcz").read_bytes()
     r = gcz("encode", tmp_path / "other.npy", "-o", tmp_path / "o2.gcz", "-c", "fp16", "--ef-state",
             tmp_path / "ef.gcz", "-q")
