@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "file_kind.h"
 #include "file_util.h"
 #include "gcz/codec_spec.h"
 #include "gcz/container.h"
@@ -136,7 +137,10 @@ Status GczReader::Impl::check_header(uint64_t& index_offset, uint64_t& index_len
   if (size < detail::kHeaderBytes + detail::kTrailerBytes) {
     return fail("too-small", "the file has " + std::to_string(size) + " bytes, fewer than the 96 of an empty .gcz");
   }
-  if (std::memcmp(b, detail::kMagic.data(), 8) != 0) return fail("bad-magic", "not a .gcz file (wrong magic bytes)");
+  if (std::memcmp(b, detail::kMagic.data(), 8) != 0) {
+    return fail("bad-magic", "not a .gcz file (wrong magic bytes)" +
+                                 detail::gcz_input_note(detail::sniff_file_kind(file->data(), file->size())));
+  }
   const uint64_t major = detail::get_le(b + 8, 2);
   if (major != kFormatVersionMajor) {
     return fail("bad-version", "format version " + std::to_string(major) + " is not supported (this gcz reads 1)",

@@ -1,6 +1,7 @@
 // .npy files: one array per file, read through a memory map, written through an AtomicFile.
 #include <filesystem>
 
+#include "file_kind.h"
 #include "tensor_io_common.h"
 
 namespace gcz::detail {
@@ -32,7 +33,10 @@ Result<std::unique_ptr<TensorFileReader>> open_npy_reader(const std::string& pat
   GCZ_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, MappedFile::open(path));
   std::shared_ptr<const MappedFile> file = std::move(mapped);
   auto parsed = parse_npy_header(file->data(), file->size());
-  if (!parsed) return parsed.status().with_context(path);
+  if (!parsed) {
+    const std::string other = tensor_input_note(sniff_file_kind(file->data(), file->size()), FileKind::kNpy);
+    return Status(parsed.status().code(), path + ": " + parsed.status().message() + other);
+  }
   NpyHeader header = std::move(parsed).value();
   const std::string name = std::filesystem::path(path).stem().string();
 

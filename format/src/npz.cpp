@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "file_kind.h"
 #include "gcz/detail/utf8.h"
 #include "tensor_io_common.h"
 
@@ -378,7 +379,10 @@ Result<std::unique_ptr<TensorFileReader>> open_npz_reader(const std::string& pat
   GCZ_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, MappedFile::open(path));
   auto zip = std::make_shared<ZipHandle>();
   zip->zip = unzOpen64(path.c_str());
-  if (!zip->zip) return format_error(path + ": not a zip archive (no readable central directory)");
+  if (!zip->zip) {
+    return format_error(path + ": not a zip archive (no readable central directory)" +
+                        tensor_input_note(sniff_file_kind(mapped->data(), mapped->size()), FileKind::kNpz));
+  }
   auto reader = std::make_unique<NpzReader>(path, std::move(mapped), std::move(zip));
   GCZ_RETURN_IF_ERROR(reader->list_members());
   return std::unique_ptr<TensorFileReader>(std::move(reader));

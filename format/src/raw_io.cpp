@@ -2,6 +2,7 @@
 // from the caller, so the file size is the only thing that can be checked, and it must match exactly.
 #include <filesystem>
 
+#include "file_kind.h"
 #include "tensor_io_common.h"
 
 namespace gcz::detail {
@@ -31,7 +32,8 @@ class RawReader final : public ReaderBase {
 
 Result<std::unique_ptr<TensorFileReader>> open_raw_reader(const std::string& path, const ReadOptions& options) {
   if (!options.raw_dtype || !options.raw_shape) {
-    return invalid_argument(path + ": raw binary input needs both an element dtype and a shape");
+    return invalid_argument(path + ": raw binary input needs both an element dtype and a shape" +
+                            tensor_input_note(sniff_file_kind(path), FileKind::kUnknown));
   }
   TensorInfo info{std::filesystem::path(path).stem().string(), *options.raw_dtype, *options.raw_shape};
   auto numel = info.numel();

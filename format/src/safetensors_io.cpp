@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "file_kind.h"
 #include "json_shape.h"
 #include "tensor_io_common.h"
 
@@ -221,12 +222,14 @@ Result<std::unique_ptr<TensorFileReader>> open_safetensors_reader(const std::str
   }
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(file->data()[i]);
+  const std::string other = tensor_input_note(sniff_file_kind(file->data(), file->size()), FileKind::kSafetensors);
   if (n > kMaxHeaderBytes) {
-    return format_error(path + ": safetensors header length " + std::to_string(n) + " exceeds the 100 MiB limit");
+    return format_error(path + ": safetensors header length " + std::to_string(n) + " exceeds the 100 MiB limit" +
+                        other);
   }
   if (n > file->size() - 8) {
     return format_error(path + ": safetensors header length " + std::to_string(n) + " runs past the end of the file (" +
-                        std::to_string(file->size()) + " bytes)");
+                        std::to_string(file->size()) + " bytes)" + other);
   }
   GCZ_ASSIGN_OR_RETURN(json header, parse_header_json(path, reinterpret_cast<const char*>(file->data()) + 8, n));
   const uint64_t data_begin = 8 + n;

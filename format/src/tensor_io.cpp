@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "file_kind.h"
 #include "tensor_io_common.h"
 
 namespace gcz {
@@ -24,8 +25,12 @@ std::string lower_extension(const std::string& path) {
 // What a path of no known extension may be instead: raw bytes when read, a directory when written.
 Status unknown_extension(const std::string& path, bool writing) {
   const std::string ext = lower_extension(path);
-  return unsupported(path + ": unknown tensor file extension " + (ext.empty() ? "(none)" : "'" + ext + "'") +
-                     "; known: " + kKnownExtensions +
+  const std::string unknown = path + ": unknown tensor file extension " + (ext.empty() ? "(none)" : "'" + ext + "'");
+  // A file of a kind gcz knows (a .gcz, a PyTorch checkpoint) is named as such, not as raw bytes.
+  const std::string note =
+      writing ? std::string() : detail::tensor_input_note(detail::sniff_file_kind(path), detail::FileKind::kUnknown);
+  if (!note.empty()) return unsupported(unknown + note);
+  return unsupported(unknown + "; known: " + kKnownExtensions +
                      (writing ? " (a path ending in '/')" : ", and any file as raw bytes given --dtype and --shape"));
 }
 

@@ -1584,6 +1584,40 @@ def test_small_things_said_plainly(tmp_path):
     gcz("decode", tmp_path / "two.gcz", "-o", tmp_path / "one.npy", "-t", "q", check=True)
 
 
+def test_a_file_of_another_kind_is_named_for_what_it_is(tmp_path):
+    """A PyTorch checkpoint under any name, a .gcz given to eval, a .npy given to decode, a .npy named
+    .npz: the error says what the file is and what reads it."""
+    import pickle
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "model.pt", "w") as z:  # torch.save's layout: NAME/data.pkl first
+        z.writestr("archive/data.pkl", pickle.dumps({"w": 1}, protocol=2))
+        z.writestr("archive/version", "3\n")
+    shutil.copy(tmp_path / "model.pt", tmp_path / "pytorch_model.bin")
+    shutil.copy(tmp_path / "model.pt", tmp_path / "model.safetensors")
+    (tmp_path / "old.pt").write_bytes(pickle.dumps({"w": 1}, protocol=2))
+    np.save(tmp_path / "g.npy", np.ones(64, np.float32))
+    shutil.copy(tmp_path / "g.npy", tmp_path / "g.npz")
+    gcz("encode", tmp_path / "g.npy", "-o", tmp_path / "g.gcz", "-q", check=True)
+    torch = "it is a PyTorch checkpoint (torch.save), which gcz does not read: write the gradients with " \
+            "safetensors.torch.save_file"
+    cases = [
+        (("eval", "model.pt"), EXIT_UNSUPPORTED, "model.pt: unknown tensor file extension '.pt'; " + torch),
+        (("eval", "pytorch_model.bin"), EXIT_USAGE, "needs both an element dtype and a shape; " + torch),
+        (("eval", "model.safetensors"), EXIT_BAD_INPUT, "exceeds the 100 MiB limit; " + torch),
+        (("eval", "old.pt"), EXIT_UNSUPPORTED, "it is a Python pickle (an older torch.save checkpoint?), which gcz "
+                                               "does not read"),
+        (("eval", "g.gcz"), EXIT_UNSUPPORTED, "g.gcz: unknown tensor file extension '.gcz'; it is a .gcz file: gcz "
+                                              "decode, info and verify read it"),
+        (("eval", "g.npz"), EXIT_BAD_INPUT, "not a zip archive (no readable central directory); it is a .npy file: "
+                                            "name it NAME.npy"),
+        (("decode", "g.npy", "-o", "x.npz"), EXIT_BAD_INPUT, "g.npy: bad-magic: not a .gcz file (wrong magic bytes); "
+                                                            "it is a .npy file: gcz encode and gcz eval read it"),
+    ]
+    for args, code, words in cases:
+        r = gcz(*args, cwd=tmp_path)
+        assert r.returncode == code and words in error_line(r), (args, r.returncode, r.stderr)
+
+
 def test_help_command_prints_what_help_options_print():
     for command in ([], ["encode"], ["bench"]):
         r = gcz("help", *command, check=True)
@@ -1669,7 +1703,8 @@ def test_an_output_of_no_known_extension_is_told_of_directories(tmp_path):
     gcz("encode", tmp_path / "x.npy", "-o", tmp_path / "x.gcz", "-q", check=True)
     r = gcz("decode", tmp_path / "x.gcz", "-o", tmp_path / "out")
     assert r.returncode == EXIT_UNSUPPORTED and "or a directory (a path ending in '/')" in error_line(r), r
-    r = gcz("eval", tmp_path / "x.gcz")  # an input: raw bytes are an option
+    (tmp_path / "x.dat").write_bytes(bytes(16))
+    r = gcz("eval", tmp_path / "x.dat")  # an input: raw bytes are an option
     assert r.returncode == EXIT_UNSUPPORTED and "any file as raw bytes given --dtype and --shape" in error_line(r), r
 
 
