@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -85,6 +86,7 @@ RunFn add_eval_command(CLI::App& app) {
     options->error_feedback = &ef;
     std::vector<StepReport> steps;
     std::vector<RuleUse> rules;  // what each rule did in any step
+    std::map<std::string, Shape> shapes;  // each tensor's shape when last seen
     for (const std::string& input : a->encode.inputs) {
       progress.set_verb("evaluating step " + std::to_string(steps.size() + 1) + "/" +
                         std::to_string(a->encode.inputs.size()) + ":");
@@ -92,6 +94,15 @@ RunFn add_eval_command(CLI::App& app) {
       progress.clear();
       if (!report) return report_error(report.status());
       print_warnings(*report, /*rules=*/false, input);
+      // Without feedback a tensor may change shape (with it, that is an error): its sums start again.
+      for (const TensorReport& t : report->tensors) {
+        auto [it, fresh] = shapes.emplace(t.name, t.shape);
+        if (fresh || it->second == t.shape) continue;
+        std::fprintf(stderr, "gcz: warning: %s: tensor '%s': shape %s, %s before: its sum_rel_l2 starts again\n",
+                     printable(input).c_str(), printable(t.name).c_str(), shape_to_string(t.shape).c_str(),
+                     shape_to_string(it->second).c_str());
+        it->second = t.shape;
+      }
       if (!steps.empty()) {
         // Steps of one model share their names: none shared says the inputs are not such steps.
         std::set<std::string> before;

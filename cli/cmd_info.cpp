@@ -21,6 +21,7 @@ void print_table(const GczReader& r) {
   for (const auto& [k, v] : idx.metadata) std::printf("metadata  %s=%s\n", printable(k).c_str(), printable(v).c_str());
   std::vector<std::vector<std::string>> rows = {{"tensor", "dtype", "shape", "codec", "streams", "stored", "ratio"}};
   bool widened = false;  // a tensor encoded in a wider dtype than its input's (error feedback's float32)
+  uint64_t total_input = 0, total_stored = 0;
   for (const TensorRecord& t : idx.tensors) {
     uint64_t stored = 0;
     std::string streams;
@@ -33,6 +34,8 @@ void print_table(const GczReader& r) {
     const uint64_t input = t.metrics && t.metrics->bytes_in > 0 ? t.metrics->bytes_in : held;
     const bool wider = input < held;
     widened = widened || wider;
+    total_input += input;
+    total_stored += stored;
     char ratio[32];
     if (stored)
       std::snprintf(ratio, sizeof ratio, "%.2f", static_cast<double>(input) / static_cast<double>(stored));
@@ -41,8 +44,15 @@ void print_table(const GczReader& r) {
                     shape_to_string(t.info.shape), printable(brief_spec(chain_to_string(t.chain))), printable(streams),
                     human_bytes(stored), ratio});
   }
+  if (idx.tensors.size() > 1) {
+    char ratio[32] = "-";
+    if (total_stored) {
+      std::snprintf(ratio, sizeof ratio, "%.2f", static_cast<double>(total_input) / static_cast<double>(total_stored));
+    }
+    rows.push_back({"TOTAL", "", count_of(idx.tensors.size(), "tensor"), "", "", human_bytes(total_stored), ratio});
+  }
   std::printf("\n");
-  print_columns(stdout, rows, 5);
+  print_columns(stdout, rows, 5, /*rule_before_last=*/idx.tensors.size() > 1);
   if (widened) {
     std::printf(
         "\n* encoded wider than its input (error feedback encodes float16 and bfloat16 as float32); its ratio is "

@@ -634,6 +634,10 @@ def test_info_ratio_is_to_the_inputs_bytes_for_bfloat16_encoded_with_error_feedb
         assert rows[name][1] == "float32*", rows[name]
         assert rows[name][-1] == f"{bytes_in / length:.2f}", (name, rows[name], bytes_in, length)
     assert lines[-1].startswith("* encoded wider than its input"), lines[-1]
+    total = [ln.split() for ln in lines if ln.startswith("TOTAL")][0]
+    assert total[1:3] == ["22", "tensors"], total
+    inputs, stored_all = sum(b for _, b in stored.values()), sum(n for n, _ in stored.values())
+    assert total[-1] == f"{inputs / stored_all:.2f}", (total, inputs, stored_all)
     plain = gcz("info", tmp_path / "ef.gcz", check=True).stdout  # the state's residuals are float32 inputs
     assert "*" not in plain
 
@@ -1858,6 +1862,17 @@ def test_eval_steps_warnings_name_their_step():
         assert line == (f"gcz: warning: {path}: {len(low)} tensors have a norm ratio below 0.9, the lowest "
                         f"'{worst['name']}' at {worst['metrics']['norm_ratio']:.3f}: the codec shrinks these "
                         "gradients (over-compression?)"), line
+
+
+def test_eval_steps_warn_of_a_tensor_whose_shape_changed(tmp_path):
+    """Without --ef its sums start again (with --ef it is an error): said once, at the step it changed."""
+    for k, rows in enumerate((64, 32, 32)):
+        np.savez(tmp_path / f"s{k}.npz", w=np.ones((rows, 8), np.float32), b=np.ones(4, np.float32))
+    r = gcz("eval", "--steps", "s0.npz", "s1.npz", "s2.npz", "--json", cwd=tmp_path, check=True)
+    assert r.stderr.splitlines() == [
+        "gcz: warning: s1.npz: tensor 'w': shape [32, 8], [64, 8] before: its sum_rel_l2 starts again"], r.stderr
+    r = gcz("eval", "--steps", "s0.npz", "s1.npz", "--ef", cwd=tmp_path)
+    assert r.returncode == EXIT_USAGE and "holds a residual of shape [64, 8]" in error_line(r), r.stderr
 
 
 def test_eval_steps_count_a_rule_used_by_any_step(tmp_path):
