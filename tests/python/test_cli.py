@@ -1473,6 +1473,10 @@ def test_each_step_draws_with_its_own_seed(tmp_path):
         meta = json.loads(gcz("info", state, "--json", check=True).stdout)["metadata"]
         assert meta["gcz.ef_steps"] == str(k + 1), meta
     assert [set(tensor_seeds(o)) for o in outs] == [{7}, {8}, {9}]
+    # The table says which step this was, and its seed.
+    r = gcz("encode", steps[0], "-o", tmp_path / "s3.gcz", "-c", "randomk", "--seed", "7", "--ef-state", state,
+            check=True)
+    assert r.stdout.splitlines()[-1] == f"error feedback: step 3 of {state}, drawn with seed 10", r.stdout
     # Random-K keeps other indices at every step (the state's residuals are sent in turn).
     kept = []
     for o in outs:
