@@ -127,7 +127,13 @@ Status decode_file(const std::string& input, const std::string& output, const De
     infos.push_back(reader->index().tensors[i].info);
     bytes_total += *infos.back().byte_size();
   }
-  GCZ_ASSIGN_OR_RETURN(auto writer, create_tensor_file(output, infos, options.write));
+  WriteOptions write = options.write;
+  for (const auto& [key, value] : reader->index().metadata) {
+    if (key.rfind(kSafetensorsMetadataPrefix, 0) == 0) {
+      write.safetensors_metadata.emplace(key.substr(std::string(kSafetensorsMetadataPrefix).size()), value);
+    }
+  }
+  GCZ_ASSIGN_OR_RETURN(auto writer, create_tensor_file(output, infos, write));
   Progress progress{0, selected.size(), 0, bytes_total, nullptr};
   for (std::size_t k = 0; k < selected.size(); ++k) {
     progress.tensor = k;

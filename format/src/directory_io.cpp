@@ -338,6 +338,7 @@ Status DirectoryReader::add_file(std::size_t file_index) {
     if (f.shard) GCZ_RETURN_IF_ERROR(check_shard_name(f, s.name));
     skipped_.push_back({full_name(s.name), s.reason});
   }
+  for (const auto& [key, value] : reader->metadata()) metadata_.emplace(key, value);  // the first file's wins
   return Status::ok();
 }
 

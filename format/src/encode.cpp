@@ -232,8 +232,14 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
       report.tensors.push_back(std::move(*tr));
     }
   }
+  // The inputs' own metadata (a safetensors __metadata__) as safetensors.KEY, for decode to give back;
+  // the caller's keys, then the first input's, win.
+  std::map<std::string, std::string> metadata = options.metadata;
+  for (const auto& reader : readers) {
+    for (const auto& [key, value] : reader->metadata()) metadata.emplace(kSafetensorsMetadataPrefix + key, value);
+  }
   const bool save_state = options.error_feedback && !options.ef_state_path.empty() && !output.empty();
-  GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(options.metadata, /*in_place=*/!save_state));
+  GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(metadata, /*in_place=*/!save_state));
   report.total = encoder.total().finish(bytes_in, file_bytes);
   report.cumulative = cumulative;
   if (options.error_feedback) options.error_feedback->count_step();

@@ -128,6 +128,20 @@ Result<json> parse_header_json(const std::string& path, const char* text, std::s
   return header;
 }
 
+// __metadata__: an object of strings, as the reference implementation requires (it refuses others).
+Result<std::map<std::string, std::string>> parse_metadata(const std::string& path, const json& value) {
+  if (!value.is_object()) return format_error(path + ": __metadata__ is not a JSON object of strings");
+  std::map<std::string, std::string> out;
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (!it.value().is_string()) {
+      return format_error(path + ": __metadata__ '" + it.key() +
+                          "' is not a string (safetensors metadata are strings)");
+    }
+    out[it.key()] = it.value().get<std::string>();
+  }
+  return out;
+}
+
 // The byte ranges tile the data section, as the reference implementation requires: no two share a
 // byte, and every byte belongs to one (no gap between them, none after the last), so a file holds
 // nothing its header does not account for. An empty range may point anywhere in the section.
@@ -160,6 +174,8 @@ class SafetensorsReader final : public ReaderBase {
   SafetensorsReader(const std::string& path, std::shared_ptr<const MappedFile> file, uint64_t data_begin)
       : ReaderBase(path, TensorFileFormat::kSafetensors), file_(std::move(file)), data_begin_(data_begin) {}
 
+  void set_metadata(std::map<std::string, std::string> m) { metadata_ = std::move(m); }
+
   void add(const Entry& e) {
     if (auto d = float_dtype(e.dtype)) {
       tensors_.push_back(TensorInfo{e.name, *d, e.shape});
@@ -188,11 +204,12 @@ class SafetensorsReader final : public ReaderBase {
   std::vector<uint64_t> numels_;
 };
 
-
-// The header for `tensors` laid out back to back in order, padded with spaces to a multiple of 8 bytes
-// so the data section starts aligned.
-Result<std::string> make_header(const std::string& path, const std::vector<TensorInfo>& tensors) {
+// The header for `tensors` laid out back to back in order, after `metadata` as __metadata__ (where there
+// is any), padded with spaces to a multiple of 8 bytes so the data section starts aligned.
+Result<std::string> make_header(const std::string& path, const std::vector<TensorInfo>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
   uint64_t offset = 0;
   for (const TensorInfo& t : tensors) {
     if (t.name == kMetadataKey) return invalid_argument(tensor_context(path, t.name) + ": the name is reserved");
@@ -205,7 +222,7 @@ Result<std::string> make_header(const std::string& path, const std::vector<Tenso
   try {
     text = header.dump();
   } catch (const nlohmann::ordered_json::exception&) {
-    return invalid_argument(path + ": a tensor name is not valid UTF-8, which safetensors requires");
+    return invalid_argument(path + ": a tensor name or metadata string is not valid UTF-8, which safetensors requires");
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
@@ -234,21 +251,26 @@ Result<std::unique_ptr<TensorFileReader>> open_safetensors_reader(const std::str
   GCZ_ASSIGN_OR_RETURN(json header, parse_header_json(path, reinterpret_cast<const char*>(file->data()) + 8, n));
   const uint64_t data_begin = 8 + n;
   std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == kMetadataKey) continue;  // free-form strings; nothing gcz needs
+    if (it.key() == kMetadataKey) {
+      GCZ_ASSIGN_OR_RETURN(metadata, parse_metadata(path, it.value()));
+      continue;
+    }
     GCZ_ASSIGN_OR_RETURN(Entry e, parse_entry(path, it.key(), it.value(), file->size() - data_begin));
     entries.push_back(std::move(e));
   }
   // Also sorts the entries by offset: the order to read them in.
   GCZ_RETURN_IF_ERROR(check_tiling(path, entries, file->size() - data_begin));
   auto reader = std::make_unique<SafetensorsReader>(path, file, data_begin);
+  reader->set_metadata(std::move(metadata));
   for (const Entry& e : entries) reader->add(e);
   return std::unique_ptr<TensorFileReader>(std::move(reader));
 }
 
 WriterResult create_safetensors_writer(const std::string& path, const std::vector<TensorInfo>& tensors,
-                                       const WriteOptions&) {
-  GCZ_ASSIGN_OR_RETURN(std::string header, make_header(path, tensors));
+                                       const WriteOptions& options) {
+  GCZ_ASSIGN_OR_RETURN(std::string header, make_header(path, tensors, options.safetensors_metadata));
   GCZ_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path));
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((uint64_t{header.size()} >> (8 * i)) & 0xFF);

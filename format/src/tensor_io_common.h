@@ -78,6 +78,7 @@ class ReaderBase : public TensorFileReader {
   TensorFileFormat format() const override { return format_; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   const std::vector<SkippedTensor>& skipped() const override { return skipped_; }
+  const std::map<std::string, std::string>& metadata() const override { return metadata_; }
 
  protected:
   Status check_index(std::size_t i) const;
@@ -86,6 +87,7 @@ class ReaderBase : public TensorFileReader {
   TensorFileFormat format_;
   std::vector<TensorInfo> tensors_;
   std::vector<SkippedTensor> skipped_;
+  std::map<std::string, std::string> metadata_;
 };
 
 // A tensor whose stored elements lie in a memory-mapped file at `payload_offset`, laid out as `layout`

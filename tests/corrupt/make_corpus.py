@@ -512,6 +512,10 @@ def make_inputs() -> None:
                                                 "the header length says 1000 bytes in a 10-byte file", 4, [])
     h = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 400]}}).encode()
     INPUTS["st-offsets-out-of-range.safetensors"] = (safetensors(h, bytes(8)), "data_offsets [0, 400] with 8 data bytes", 4, [])
+    h = json.dumps({"__metadata__": {"step": 100}, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    INPUTS["st-metadata-not-string.safetensors"] = (safetensors(h, bytes(8)),
+                                                    "`__metadata__` holds the number 100 (safetensors allows strings)",
+                                                    4, [])
     h = json.dumps({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}}).encode()
     INPUTS["st-offsets-wrong-length.safetensors"] = (safetensors(h, bytes(16)),
                                                      "data_offsets [0, 12] for shape [2, 2] of F32 (16 bytes)", 4, [])

@@ -29,7 +29,7 @@ import struct
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -748,8 +748,8 @@ def test_help_gives_each_codecs_defaults_as_files_record_them(tmp_path):
 # 6. outputs that must not be clobbered, error feedback across steps, command-line mistakes
 
 
-def write_safetensors(path: Path, tensors: Dict[str, np.ndarray]) -> None:
-    header, blobs, at = {}, [], 0
+def write_safetensors(path: Path, tensors: Dict[str, np.ndarray], metadata: Optional[dict] = None) -> None:
+    header, blobs, at = ({} if metadata is None else {"__metadata__": metadata}), [], 0
     for name, a in tensors.items():
         raw = np.ascontiguousarray(a, dtype="<f4").tobytes()
         header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
@@ -1624,6 +1624,33 @@ def test_a_file_of_another_kind_is_named_for_what_it_is(tmp_path):
     for args, code, words in cases:
         r = gcz(*args, cwd=tmp_path)
         assert r.returncode == code and words in error_line(r), (args, r.returncode, r.stderr)
+
+
+def test_safetensors_metadata_is_kept_and_given_back(tmp_path):
+    """__metadata__ goes into the .gcz as safetensors.KEY (a --meta of that key wins) and comes back
+    in a decoded .safetensors; other outputs have no place for it. Non-string values are refused, as
+    safetensors itself refuses them."""
+    def header_of(path):
+        data = path.read_bytes()
+        return json.loads(data[8:8 + struct.unpack_from("<Q", data)[0]])
+    meta = {"step": "100", "loss": "0.25", "format": "pt"}
+    write_safetensors(tmp_path / "g.safetensors", {"w": np.arange(6, dtype=np.float32)}, meta)
+    gcz("encode", tmp_path / "g.safetensors", "-o", tmp_path / "g.gcz", "--meta", "safetensors.loss=0.5",
+        "--meta", "run=7", "-q", check=True)
+    info = json.loads(gcz("info", tmp_path / "g.gcz", "--json", check=True).stdout)["metadata"]
+    assert info == {"run": "7", "safetensors.format": "pt", "safetensors.loss": "0.5", "safetensors.step": "100"}
+    gcz("decode", tmp_path / "g.gcz", "-o", tmp_path / "back.safetensors", check=True)
+    back = header_of(tmp_path / "back.safetensors")
+    assert back["__metadata__"] == {"format": "pt", "loss": "0.5", "step": "100"}
+    gcz("decode", tmp_path / "g.gcz", "-o", tmp_path / "back.npz", check=True)
+    assert np.array_equal(np.load(tmp_path / "back.npz")["w"], np.arange(6, dtype=np.float32))
+    write_safetensors(tmp_path / "plain.safetensors", {"w": np.ones(2, np.float32)})
+    gcz("encode", tmp_path / "plain.safetensors", "-o", tmp_path / "p.gcz", "-q", check=True)
+    gcz("decode", tmp_path / "p.gcz", "-o", tmp_path / "p.safetensors", check=True)
+    assert "__metadata__" not in header_of(tmp_path / "p.safetensors")
+    write_safetensors(tmp_path / "bad.safetensors", {"w": np.ones(2, np.float32)}, {"step": 100})
+    r = gcz("eval", tmp_path / "bad.safetensors")
+    assert r.returncode == EXIT_BAD_INPUT and "__metadata__ 'step' is not a string" in error_line(r), r.stderr
 
 
 def test_help_command_prints_what_help_options_print():

@@ -7,11 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 
-#include "scratch_dir.h"
 #include "gcz/pipeline.h"
 #include "gcz/tensor_io.h"
+#include "scratch_dir.h"
 
 namespace gcz {
 namespace {
@@ -164,6 +165,38 @@ TEST_F(SafetensorsTest, WriterRoundTripsWithBfloat16) {
   EXPECT_EQ(read_all<uint16_t>(**r, 0), bf);
   EXPECT_EQ(read_all<float>(**r, 1), f);
   EXPECT_EQ(read_all<double>(**r, 2), d);
+}
+
+// __metadata__: strings read into metadata() and written back from WriteOptions; anything else in
+// it is refused, as the format's own library refuses it.
+TEST_F(SafetensorsTest, MetadataIsReadAndWrittenAndMustBeStrings) {
+  const std::string data(8, '\0');
+  const std::string tensor = "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}";
+  auto r = open_tensor_file(
+      write("m.safetensors", safetensors_bytes("{\"__metadata__\":{\"step\":\"3\",\"a\":\"\"}," + tensor + "}", data)),
+      {});
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ((*r)->metadata(), (std::map<std::string, std::string>{{"a", ""}, {"step", "3"}}));
+  EXPECT_EQ((*r)->tensors().size(), 1u);
+  for (const std::string& bad : {"[\"x\"]", "{\"step\":3}", "{\"step\":null}", "{\"k\":{\"x\":\"y\"}}", "\"s\""}) {
+    SCOPED_TRACE(bad);
+    expect_format_error(safetensors_bytes("{\"__metadata__\":" + bad + "," + tensor + "}", data), "__metadata__");
+  }
+  auto plain = open_tensor_file(write("p.safetensors", safetensors_bytes("{" + tensor + "}", data)), {});
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE((*plain)->metadata().empty());
+
+  WriteOptions o;
+  o.safetensors_metadata = {{"step", "3"}, {"note", "\u00e9t\u00e9"}};
+  const std::string p = dir_ + "/mw.safetensors";
+  auto w = create_tensor_file(p, {{"w", DType::kFloat32, {1}}}, o);
+  ASSERT_TRUE(w) << w.status().message();
+  const float one = 1;
+  ASSERT_TRUE((*w)->begin(0).is_ok() && (*w)->write(&one, 1).is_ok() && (*w)->end().is_ok() && (*w)->finish().is_ok());
+  auto back = open_tensor_file(p, {});
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ((*back)->metadata(), o.safetensors_metadata);
+  EXPECT_EQ(read_all<float>(**back, 0), std::vector<float>{1});
 }
 
 TEST_F(SafetensorsTest, WriterRejectsReservedName) {

@@ -56,6 +56,10 @@ using ProgressFn = std::function<void(const Progress&)>;
 // The most CPU threads an operation may be given.
 inline constexpr unsigned kMaxThreads = 1024;
 
+// encode_files keeps an input's own metadata (a safetensors __metadata__ KEY) in the .gcz's metadata
+// under this prefix; decode_file gives those entries back to a .safetensors output.
+inline constexpr const char* kSafetensorsMetadataPrefix = "safetensors.";
+
 struct EncodeOptions {
   std::string spec = "fp16";
   std::vector<CodecRule> rules;

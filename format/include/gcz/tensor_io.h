@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,6 +73,9 @@ class TensorFileReader {
   virtual TensorFileFormat format() const = 0;
   virtual const std::vector<TensorInfo>& tensors() const = 0;
   virtual const std::vector<SkippedTensor>& skipped() const = 0;
+  // Free-form strings the file carries about itself: a safetensors file's __metadata__ (in a directory
+  // or a sharded checkpoint, the first file's value of each key). Empty for the other formats.
+  virtual const std::map<std::string, std::string>& metadata() const = 0;
   // A reader for tensor i (an index into tensors()).
   virtual Result<std::unique_ptr<TensorSource>> open(std::size_t i) = 0;
 };
@@ -94,6 +98,8 @@ struct WriteOptions {
   // Formats that cannot hold bfloat16 (.npy, .npz, HDF5, directories of .npy) refuse it unless this
   // is set, in which case bfloat16 tensors are written as float32 (exactly).
   bool widen_bf16 = false;
+  // A .safetensors output's __metadata__ (left out when empty); the other formats have none.
+  std::map<std::string, std::string> safetensors_metadata;
 };
 
 class TensorFileWriter {
