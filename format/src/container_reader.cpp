@@ -235,7 +235,9 @@ Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_o
     if (s.encoding == StreamEncoding::kZstd && s.length == 0) {
       return fail("zstd-frame", where + " is empty, so it holds no zstd frame", StatusCode::kFormatError, name);
     }
-    const bool bad = s.encoding == StreamEncoding::kRaw ? s.length != s.size : s.size / kMaxZstdExpansion > s.length;
+    // size > 65536 × length, without the product: length < ceil(size / 65536).
+    const uint64_t least_length = s.size / kMaxZstdExpansion + (s.size % kMaxZstdExpansion != 0);
+    const bool bad = s.encoding == StreamEncoding::kRaw ? s.length != s.size : s.length < least_length;
     if (bad) {
       return fail("stream-size", where + " length " + std::to_string(s.length) + " cannot hold " +
                                      std::to_string(s.size) + " bytes", StatusCode::kFormatError, name);

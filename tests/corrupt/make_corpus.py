@@ -426,6 +426,9 @@ def make_gcz_corpus() -> None:
     add("stream-size-zstd-ratio",
         base(b=tensor("layer0.bias", "float16", [65537], fp16(3), [stream(b"\x00", 131074, "zstd")])),
         "a 1-byte zstd stream of size 131074 (more than 65536 x length)")
+    add("stream-size-zstd-ratio-by-2",
+        base(b=tensor("layer0.bias", "float16", [32769], fp16(3), [stream(b"\x00", 65538, "zstd")])),
+        "a 1-byte zstd stream of size 65538, 2 bytes more than 65536 x length")
     add("stream-checksum", base(a=a_with(xxh3=xxh3(A_VALUES) ^ (1 << 63))),
         "the raw stream's xxh3 has its top bit flipped", "read")
     add("stream-checksum-empty", base(a=tensor("layer0.weight", "float32", [0, 3], fp16(), [stream(b"", xxh3=xxh3(b"") ^ 1)])),
@@ -433,6 +436,10 @@ def make_gcz_corpus() -> None:
     add("stream-checksum-zstd", base(b=tensor("layer0.bias", "float16", [40], fp16(3),
                                               [stream(B_FRAME, 80, "zstd", xxh3=xxh3(B_FRAME) ^ 1)])),
         "the zstd stream's xxh3 has its lowest bit flipped", "read")
+    add("zstd-frame-at-ratio",
+        base(b=tensor("layer0.bias", "float16", [32768], fp16(3), [stream(b"\x00", 65536, "zstd")])),
+        "a 1-byte zstd stream of size 65536, 65536 x length, as far as the sizes may go: a byte is no frame",
+        "read")
     add("zstd-frame", base(b=b_with(bytes(range(0x41, 0x41 + 29)))),
         "29 bytes of ASCII instead of a zstd frame", "read")
     add("zstd-frame-short", base(b=b_with(zstd_frame([("raw", B_HEAD), ("rle", 0, 62)], content_size=False))),
