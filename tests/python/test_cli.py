@@ -1558,6 +1558,9 @@ def test_a_rule_that_matches_nothing_is_a_warning(tmp_path):
     (["decode", "x.gcz", "-o", "y.npy", "--threads", "2"], "unexpected arguments '--threads 2' for gcz decode"),
     (["bench", "--size-mib", "1.5"], "--size-mib: '1.5' is not a whole number"),
     (["help", "nope"], "'gcz help' takes one command"),
+    (["eval", "x.npy", "--seed", ""], "--seed: '' is not a whole number"),
+    (["eval", "x.bin", "--dtype", "f32", "--shape", "4,"], "--shape '4,': expected comma-separated sizes"),
+    (["encode", "x.npy", "-o", "x.gcz", "--meta", "=v"], "--meta '=v': expected KEY=VALUE"),
 ])
 def test_command_line_mistakes_are_one_line(args, words):
     r = gcz(*args)
@@ -1651,6 +1654,40 @@ def test_safetensors_metadata_is_kept_and_given_back(tmp_path):
     write_safetensors(tmp_path / "bad.safetensors", {"w": np.ones(2, np.float32)}, {"step": 100})
     r = gcz("eval", tmp_path / "bad.safetensors")
     assert r.returncode == EXIT_BAD_INPUT and "__metadata__ 'step' is not a string" in error_line(r), r.stderr
+
+
+def test_big_endian_and_fortran_npy_encode_as_their_values(tmp_path):
+    """A big-endian or Fortran-order .npy is read in place only where its bytes are the values as
+    they are in memory; otherwise through the conversion. Either way the values come back exactly."""
+    x = np.linspace(-3, 3, 4096, dtype=np.float32).reshape(64, 64)
+    cases = {"be32": x.astype(">f4"), "be64": x.astype(">f8"), "fortran": np.asfortranarray(x),
+             "be_fortran": np.asfortranarray(x.astype(">f4")), "le32": x}
+    for name, a in cases.items():
+        np.save(tmp_path / f"{name}.npy", a)
+        gcz("encode", tmp_path / f"{name}.npy", "-o", tmp_path / f"{name}.gcz", "-c", "none", "-q", check=True)
+        gcz("decode", tmp_path / f"{name}.gcz", "-o", tmp_path / f"{name}_back.npy", check=True)
+        back = np.load(tmp_path / f"{name}_back.npy")
+        assert back.dtype == a.dtype.newbyteorder("<") and np.array_equal(back, a), name
+        # The chunked codecs read in place too: fp16 of the values, as numpy rounds them.
+        r = gcz("eval", tmp_path / f"{name}.npy", "-c", "fp16", "--json", check=True)
+        assert json.loads(r.stdout)["tensors"][0]["metrics"]["max_abs_error"] <= 2.0 ** -9, name
+
+
+def test_directory_edge_names(tmp_path):
+    """A file named only '.safetensors.index.json' is no shard index (nothing before the suffix);
+    a tensor named 'a/' cannot become a file in a directory output."""
+    d = tmp_path / "d"
+    d.mkdir()
+    np.save(d / "a.npy", np.ones(4, np.float32))
+    (d / ".safetensors.index.json").write_text("{}")
+    r = gcz("eval", d, "-c", "none", "--json", check=True)
+    assert [t["name"] for t in json.loads(r.stdout)["tensors"]] == ["a"]
+    assert "skipped" in r.stderr and ".safetensors.index.json" in r.stderr, r.stderr
+    write_safetensors(tmp_path / "slash.safetensors", {"a/": np.ones(2, np.float32)})
+    gcz("encode", tmp_path / "slash.safetensors", "-o", tmp_path / "slash.gcz", "-q", check=True)
+    r = gcz("decode", tmp_path / "slash.gcz", "-o", f"{tmp_path / 'out'}/")
+    assert r.returncode == EXIT_USAGE and "empty, '.' or '..' component" in error_line(r), r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_help_command_prints_what_help_options_print():

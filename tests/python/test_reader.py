@@ -454,6 +454,7 @@ CORRUPTIONS = [
     ("version-major-0", _set(8, "<H", lambda v: 0), "bad-version", "open"),
     ("flags", _set(12, "<I", lambda v: 1), "reserved-nonzero", "open"),
     ("reserved", _flip(lambda d: 40), "reserved-nonzero", "open"),
+    ("reserved-first-byte", _flip(lambda d: 16, 1), "reserved-nonzero", "open"),
     ("end-magic", _flip(lambda d: len(d) - 3), "bad-end-magic", "open"),
     ("index-length-0", _set(-24, "<Q", lambda v: 0), "index-too-large", "open"),
     ("index-length-huge", _set(-24, "<Q", lambda v: 1 << 40), "index-too-large", "open"),
@@ -518,6 +519,10 @@ CORRUPTIONS = [
     ("zstd-stream-byte", _flip(_stream_byte("zstd")), "stream-checksum", "read"),
     ("stream-xxh3-field", _edit_index(lambda j: T0(j)["streams"][0].update(xxh3="0" * 16)),
      "stream-checksum", "read"),
+    ("stream-xxh3-15-digits", _edit_index(lambda j: T0(j)["streams"][0].update(xxh3="0" * 15)),
+     "index-schema", "open"),
+    ("stream-xxh3-letter-g", _edit_index(lambda j: T0(j)["streams"][0].update(xxh3="0" * 15 + "g")),
+     "index-schema", "open"),
     ("zstd-trailing-bytes", _zstd_edit(lambda b, t: b + b"\0\0\0"), "zstd-frame", "read"),
     ("zstd-two-frames", _zstd_edit(lambda b, t: b + zstandard.ZstdCompressor().compress(b"")),
      "zstd-frame", "read"),
@@ -625,6 +630,33 @@ def test_an_index_of_exactly_64_mib_is_read_and_one_byte_more_is_not(tmp_path, v
                     pass
             assert ei.value.rule == rule
             assert r.returncode != 0 and f"{rule}:" in r.stderr, r.stderr
+
+
+def test_a_96_byte_file_with_an_empty_index_is_index_too_large_in_both_readers(tmp_path):
+    """The smallest file size a .gcz may have, with index_length 0: not too small, but no index."""
+    path = tmp_path / "empty-index.gcz"
+    path.write_bytes(b"\x89GCZ\r\n\x1a\n" + struct.pack("<HHI", 1, 0, 0) + bytes(48) +
+                     struct.pack("<QQQ", 64, 0, 0) + b"\x89GCZEND\n")
+    assert path.stat().st_size == 96
+    with pytest.raises(GczFormatError) as ei:
+        with GczFile(path):
+            pass
+    assert ei.value.rule == "index-too-large", str(ei.value)
+    r = gcz("verify", str(path), check=False)
+    assert r.returncode != 0 and "index-too-large:" in r.stderr, r.stderr
+
+
+def test_thirty_two_dimensions_round_trip_through_both_readers(tmp_path):
+    """32 dimensions, the most a .gcz holds: gcz writes and decodes them, the numpy reader reads them."""
+    x = np.arange(6, dtype=np.float32).reshape((1,) * 30 + (2, 3))
+    np.save(tmp_path / "r32.npy", x)
+    gcz("encode", str(tmp_path / "r32.npy"), "-o", str(tmp_path / "r32.gcz"), "-c", "none", "-q")
+    gcz("decode", str(tmp_path / "r32.gcz"), "-o", str(tmp_path / "back.npy"))
+    back = np.load(tmp_path / "back.npy")
+    assert back.shape == x.shape and np.array_equal(back, x)
+    with GczFile(tmp_path / "r32.gcz") as f:
+        got = f.read("r32")
+    assert got.shape == x.shape and np.array_equal(got, x)
 
 
 def test_zstd_stage_edge_cases_rejected_by_both_readers(tmp_path, victim):
