@@ -270,6 +270,7 @@ TEST(Container, AnIndexOfExactly64MiBIsWrittenAndReadOneByteMoreIsNot) {
   EXPECT_NE(over.status().message().find("the index would exceed 64 MiB"), std::string::npos)
       << over.status().message();
   EXPECT_FALSE(fs::exists(dir / "over.gcz"));
+  fs::remove_all(dir);  // 64 MiB
 }
 
 TEST(Container, IndexJsonRoundTrips) {

@@ -14,9 +14,10 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <tuple>
 
-#include "scratch_dir.h"
 #include "gcz/tensor_io.h"
+#include "scratch_dir.h"
 
 namespace gcz {
 namespace {
@@ -45,6 +46,26 @@ void add_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type, 
   H5Dclose(ds);
   H5Sclose(space);
   H5Pclose(lcpl);
+}
+
+// A float32 dataset of `chunks` chunks of 2^18 elements (1 MiB each) of which only the first `written`
+// are written: the others are never allocated, and read as the fill value.
+void add_sparse_dataset(hid_t file, const char* name, hsize_t chunks, hsize_t written) {
+  const hsize_t chunk = hsize_t{1} << 18, dims = chunks * chunk, count = written * chunk, start = 0;
+  hid_t space = H5Screate_simple(1, &dims, nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 1, &chunk);
+  hid_t ds = H5Dcreate2(file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ASSERT_GE(ds, 0) << name;
+  const std::vector<float> v(count, 0.25f);
+  hid_t mem = H5Screate_simple(1, &count, nullptr);
+  ASSERT_GE(H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr), 0) << name;
+  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, v.data()), 0) << name;
+  EXPECT_EQ(H5Dget_storage_size(ds), count * sizeof(float)) << name << ": only the written chunks are stored";
+  H5Sclose(mem);
+  H5Dclose(ds);
+  H5Pclose(dcpl);
+  H5Sclose(space);
 }
 
 class Hdf5Test : public gcz::testing::ScratchDirTest {
@@ -152,6 +173,75 @@ TEST_F(Hdf5Test, SkipsDataKeptOutsideTheFileAndNotesLinks) {
   EXPECT_NE(skipped["elsewhere"].find("an external link"), std::string::npos);
 }
 
+// A virtual dataset maps its elements from datasets in other files, which a hostile .h5 can name as it
+// likes: skipped with a note, like external storage, even when the file it maps from is there and
+// HDF5 itself would read it. (Virtual datasets need the 1.10 file format, set through the bounds.)
+TEST_F(Hdf5Test, SkipsAVirtualDataset) {
+  const std::string p = dir_ + "/vds.h5", source = dir_ + "/source.h5";
+  const std::vector<float> v = {1, 2, 3, 4};
+  {
+    hid_t f = H5Fcreate(source.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    add_dataset(f, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4}, v.data());
+    H5Fclose(f);
+  }
+  {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    ASSERT_GE(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), 0);
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    ASSERT_GE(f, 0);
+    add_dataset(f, "ok", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4}, v.data());
+    const hsize_t n = 4;
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_virtual(dcpl, space, source.c_str(), "/data", space), 0);
+    hid_t vds = H5Dcreate2(f, "mapped", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(vds, 0);
+    std::vector<float> through(4);
+    ASSERT_GE(H5Dread(vds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, through.data()), 0);
+    EXPECT_EQ(through, v) << "HDF5 reads the virtual dataset from the source file";
+    H5Dclose(vds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+    H5Pclose(fapl);
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ((*r)->tensors().size(), 1u) << "the virtual dataset is not read";
+  EXPECT_EQ((*r)->tensors()[0].name, "ok");
+  ASSERT_EQ((*r)->skipped().size(), 1u);
+  EXPECT_EQ((*r)->skipped()[0].name, "mapped");
+  EXPECT_NE((*r)->skipped()[0].reason.find("a virtual dataset (its data is mapped from other datasets or files)"),
+            std::string::npos)
+      << (*r)->skipped()[0].reason;
+}
+
+// A float of IEEE float32's size and fields but another exponent bias (126: each bit pattern means twice
+// its float32 value) is none of the layouts gcz reads: skipped with the reason, not read as float32.
+TEST_F(Hdf5Test, SkipsAFloatWithAnotherExponentBias) {
+  const std::string p = dir_ + "/bias.h5";
+  const std::vector<float> v = {1.0f, -3.0f};
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t odd = H5Tcopy(H5T_IEEE_F32LE);
+    ASSERT_GE(H5Tset_ebias(odd, 126), 0);
+    add_dataset(f, "odd_bias", odd, odd, {2}, v.data());  // the bits of 1 and -3, which now mean 2 and -6
+    add_dataset(f, "ieee", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {2}, v.data());
+    H5Tclose(odd);
+    H5Fclose(f);
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ((*r)->tensors().size(), 1u) << "the float with exponent bias 126 is not read as float32";
+  EXPECT_EQ((*r)->tensors()[0].name, "ieee");
+  EXPECT_EQ(read_all<float>(**r, 0), v);
+  ASSERT_EQ((*r)->skipped().size(), 1u);
+  EXPECT_EQ((*r)->skipped()[0].name, "odd_bias");
+  EXPECT_EQ((*r)->skipped()[0].reason, "HDF5 float of 4 bytes has a layout other than IEEE float16/32/64 or bfloat16");
+}
+
 // A failed read says what HDF5 found (here a deflate stream with corrupted bytes), not "unknown".
 TEST_F(Hdf5Test, AFailedReadSaysWhy) {
 #if H5_VERSION_GE(1, 10, 5)
@@ -226,6 +316,80 @@ TEST_F(Hdf5Test, RefusesADatasetThatClaimsFarMoreThanItStores) {
   EXPECT_NE(r.status().message().find("tensor 'lazy': the dataset claims 4398046511104 bytes but stores 0"),
             std::string::npos)
       << r.status().message();
+}
+
+// The two sides of that line, past 1 GiB: 2 MiB of written chunks may claim 2 GiB (exactly 1024 times,
+// opened; only its start and end are read, the rest never is), 1 MiB may not claim 1025 MiB.
+TEST_F(Hdf5Test, ADatasetMayClaimUpTo1024TimesWhatItStores) {
+  const std::string at_line = dir_ + "/at_line.h5", past_line = dir_ + "/past_line.h5";
+  for (const auto& [path, chunks, written] : {std::tuple{at_line, 2048, 2}, std::tuple{past_line, 1025, 1}}) {
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0) << path;
+    add_sparse_dataset(f, "w", chunks, written);
+    H5Fclose(f);
+  }
+  auto r = open_tensor_file(at_line, {});
+  ASSERT_TRUE(r) << "2 GiB claimed on 2 MiB stored is 1024 times, which may be read: " << r.status().message();
+  ASSERT_EQ((*r)->tensors().size(), 1u);
+  EXPECT_EQ((*r)->tensors()[0].shape, Shape{uint64_t{1} << 29});
+  auto src = (*r)->open(0);
+  ASSERT_TRUE(src) << src.status().message();
+  std::vector<float> ends(2, -1.0f);
+  ASSERT_TRUE((*src)->read(0, 1, &ends[0]).is_ok());
+  ASSERT_TRUE((*src)->read((uint64_t{1} << 29) - 1, 1, &ends[1]).is_ok());
+  EXPECT_EQ(ends, (std::vector<float>{0.25f, 0.0f})) << "a written element, then one of an unwritten chunk";
+
+  auto refused = open_tensor_file(past_line, {});
+  ASSERT_FALSE(refused) << "1025 MiB claimed on 1 MiB stored is past 1024 times";
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(refused.status().message().find("tensor 'w': the dataset claims 1074790400 bytes but stores 1048576"),
+            std::string::npos)
+      << refused.status().message();
+}
+
+// 32 dimensions, the most gcz (like HDF5) allows, are read. HDF5 neither writes nor reads a 33rd: a
+// dataspace patched to rank 33 fails to open, an error naming the dataset. The file is written in the
+// earliest format (object headers without checksums), so the rank can be patched in place.
+TEST_F(Hdf5Test, Reads32DimensionsAndRefusesA33rd) {
+  const std::string p = dir_ + "/rank32.h5";
+  const float v = 2.5f;
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    add_dataset(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, std::vector<hsize_t>(32, 1), &v);
+    H5Fclose(f);
+  }
+  {
+    auto r = open_tensor_file(p, {});
+    ASSERT_TRUE(r) << "32 dimensions are allowed: " << r.status().message();
+    ASSERT_EQ((*r)->tensors().size(), 1u) << "the 32-dimension dataset is read, not skipped";
+    EXPECT_EQ((*r)->tensors()[0].shape, Shape(32, 1));
+    EXPECT_EQ(read_all<float>(**r, 0), std::vector<float>{v});
+  }  // closed before the file is patched
+
+  std::string bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // The dataspace message (version 1): version, rank, flags, 5 reserved bytes, then the 32 dimensions
+  // and the 32 maxima, 8 bytes each.
+  std::string ones;
+  for (int k = 0; k < 64; ++k) ones += std::string("\x01\0\0\0\0\0\0\0", 8);
+  const std::size_t at = bytes.find(ones);
+  ASSERT_TRUE(at != std::string::npos && at >= 8) << "no dataspace message of 32 dimensions of 1 in the file";
+  ASSERT_EQ(bytes[at - 8], 1) << "dataspace message version";
+  ASSERT_EQ(bytes[at - 7], 32) << "dataspace rank";
+  bytes[at - 7] = 33;
+  {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  auto refused = open_tensor_file(p, {});
+  ASSERT_FALSE(refused) << "a dataspace of 33 dimensions";
+  EXPECT_EQ(refused.status().code(), StatusCode::kFormatError);
+  EXPECT_NE(refused.status().message().find(p + ": tensor 'x': cannot open the dataset"), std::string::npos)
+      << refused.status().message();
 }
 
 // A damaged dataspace whose dimension exceeds its own maximum, which HDF5 1.10 reads regardless (and

@@ -325,5 +325,30 @@ TEST(Pipeline, DecodeSelectsTensorsByGlob) {
   EXPECT_FALSE(fs::exists(d / "z.npy"));
 }
 
+// decode_tensor and check_tensor_data take a tensor's index: the one past the last is an argument error
+// ("no tensor 2"), never a read past the end of the index.
+TEST(Pipeline, ATensorIndexPastTheLastIsAnError) {
+  const fs::path d = temp_dir("index");
+  std::vector<ByteBuffer> values;
+  write_inputs(d / "in.safetensors", {{"a", DType::kFloat32, {4}}, {"b", DType::kFloat32, {3}}}, values);
+  ASSERT_TRUE(encode_files({(d / "in.safetensors").string()}, (d / "x.gcz").string(), {}));
+  auto reader = GczReader::open((d / "x.gcz").string());
+  ASSERT_TRUE(reader) << reader.status().message();
+  ASSERT_EQ((*reader)->index().tensors.size(), 2u);
+  auto last = decode_tensor(**reader, 1, DeviceRequest::kCpu);
+  ASSERT_TRUE(last) << "the last tensor decodes: " << last.status().message();
+  EXPECT_EQ(last->size(), 3 * sizeof(float));
+
+  auto past = decode_tensor(**reader, 2, DeviceRequest::kCpu);
+  ASSERT_FALSE(past) << "decode_tensor of index 2 of 2 tensors";
+  EXPECT_EQ(past.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(past.status().message(), "no tensor 2");
+  EXPECT_TRUE(check_tensor_data(**reader, 1)) << "the last tensor's streams follow its codec";
+  const Status checked = check_tensor_data(**reader, 2);
+  ASSERT_FALSE(checked) << "check_tensor_data of index 2 of 2 tensors";
+  EXPECT_EQ(checked.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(checked.message(), "no tensor 2");
+}
+
 }  // namespace
 }  // namespace gcz

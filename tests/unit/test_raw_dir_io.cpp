@@ -106,6 +106,23 @@ TEST_F(RawIoTest, NeedsDtypeAndShape) {
   EXPECT_NE(absurd.status().message().find(p), std::string::npos);
 }
 
+// A dtype without a shape, or a shape without a dtype, is an argument error that says both are needed,
+// whichever is missing: the 4-byte file, which a float32 scalar would fit, is not read as one.
+TEST_F(RawIoTest, DtypeOrShapeAloneIsAnArgumentError) {
+  const std::string p = write("one.bin", std::string(4, '\0'));
+  ReadOptions only_dtype, only_shape;
+  only_dtype.raw_dtype = DType::kFloat32;
+  only_shape.raw_shape = Shape{1};
+  for (const auto& [what, options] : {std::pair{"only a dtype", only_dtype}, std::pair{"only a shape", only_shape}}) {
+    auto r = open_tensor_file(p, options);
+    ASSERT_FALSE(r) << what;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << what << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find(p + ": raw binary input needs both an element dtype and a shape"),
+              std::string::npos)
+        << what << ": " << r.status().message();
+  }
+}
+
 TEST_F(RawIoTest, WriterRoundTripsIncludingBfloat16) {
   const std::string bf = bytes_of(std::vector<uint16_t>{1, 2, 3, 4});
   const std::string p = dir_ + "/out.raw";
