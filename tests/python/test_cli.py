@@ -1690,6 +1690,24 @@ def test_directory_edge_names(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_shard_that_is_a_symbolic_link_is_read_but_not_one_behind_a_linked_directory(tmp_path):
+    """A directory's listing takes a shard file that is a symbolic link (as a download cache makes
+    them), but not one reached through a linked directory, which the listing does not follow."""
+    store, d = tmp_path / "store", tmp_path / "d"
+    store.mkdir()
+    d.mkdir()
+    write_safetensors(store / "blob", {"w": np.arange(4, dtype=np.float32)})
+    (d / "s1.safetensors").symlink_to(store / "blob")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "s1.safetensors"}}))
+    r = gcz("eval", d / "model.safetensors.index.json", "-c", "none", "--json", check=True)
+    assert [t["name"] for t in json.loads(r.stdout)["tensors"]] == ["w"]
+    (d / "sub").symlink_to(store, target_is_directory=True)
+    shutil.copy(store / "blob", store / "s2.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "sub/s2.safetensors"}}))
+    r = gcz("eval", d / "model.safetensors.index.json", "-c", "none")
+    assert r.returncode == EXIT_BAD_INPUT and "sub/s2.safetensors" in error_line(r), r.stderr
+
+
 def test_help_command_prints_what_help_options_print():
     for command in ([], ["encode"], ["bench"]):
         r = gcz("help", *command, check=True)
