@@ -646,6 +646,31 @@ def test_a_96_byte_file_with_an_empty_index_is_index_too_large_in_both_readers(t
     assert r.returncode != 0 and "index-too-large:" in r.stderr, r.stderr
 
 
+def test_a_single_byte_of_padding_is_checked_by_both_readers(tmp_path):
+    """Top-K of the 62 largest of 1000 elements, at indices 0..61: the encoding's byte and 62
+    one-byte varints, so one byte of padding follows the indices stream. Set, it is
+    nonzero-padding to both readers' verify."""
+    x = np.linspace(0.1, 0.2, 1000, dtype=np.float32)
+    x[:62] = np.arange(100, 162, dtype=np.float32)
+    np.save(tmp_path / "t.npy", x)
+    gcz("encode", str(tmp_path / "t.npy"), "-o", str(tmp_path / "t.gcz"), "-c", "topk:k=62", "-q")
+    data = bytearray((tmp_path / "t.gcz").read_bytes())
+    off, length, _ = _trailer(bytes(data))
+    streams = json.loads(data[off:off + length])["tensors"][0]["streams"]
+    indices = [st for st in streams if st["name"] == "indices"][0]
+    assert indices["length"] == 63 and indices["encoding"] == "raw", indices
+    pad = indices["offset"] + 63
+    assert data[pad] == 0 and (pad + 1) % 64 == 0
+    data[pad] = 1
+    (tmp_path / "p.gcz").write_bytes(bytes(data))
+    with pytest.raises(GczFormatError) as ei:
+        with GczFile(tmp_path / "p.gcz") as f:
+            f.verify()
+    assert ei.value.rule == "nonzero-padding", str(ei.value)
+    r = gcz("verify", str(tmp_path / "p.gcz"), check=False)
+    assert r.returncode != 0 and "nonzero-padding:" in r.stderr, r.stderr
+
+
 def test_thirty_two_dimensions_round_trip_through_both_readers(tmp_path):
     """32 dimensions, the most a .gcz holds: gcz writes and decodes them, the numpy reader reads them."""
     x = np.arange(6, dtype=np.float32).reshape((1,) * 30 + (2, 3))
