@@ -11,6 +11,13 @@
 namespace gcz::cli {
 namespace {
 
+// Input bytes over stored bytes, two decimals; "-" when nothing is stored.
+std::string ratio_text(uint64_t input, uint64_t stored) {
+  char text[32] = "-";
+  if (stored) std::snprintf(text, sizeof text, "%.2f", static_cast<double>(input) / static_cast<double>(stored));
+  return text;
+}
+
 void print_table(const GczReader& r) {
   const FileIndex& idx = r.index();
   std::printf("file      %s\n", printable(r.path()).c_str());
@@ -36,20 +43,13 @@ void print_table(const GczReader& r) {
     widened = widened || wider;
     total_input += input;
     total_stored += stored;
-    char ratio[32];
-    if (stored)
-      std::snprintf(ratio, sizeof ratio, "%.2f", static_cast<double>(input) / static_cast<double>(stored));
-    else std::snprintf(ratio, sizeof ratio, "-");
     rows.push_back({table_cell(printable(t.info.name)), std::string(dtype_name(t.info.dtype)) + (wider ? "*" : ""),
                     shape_to_string(t.info.shape), printable(brief_spec(chain_to_string(t.chain))), printable(streams),
-                    human_bytes(stored), ratio});
+                    human_bytes(stored), ratio_text(input, stored)});
   }
   if (idx.tensors.size() > 1) {
-    char ratio[32] = "-";
-    if (total_stored) {
-      std::snprintf(ratio, sizeof ratio, "%.2f", static_cast<double>(total_input) / static_cast<double>(total_stored));
-    }
-    rows.push_back({"TOTAL", "", count_of(idx.tensors.size(), "tensor"), "", "", human_bytes(total_stored), ratio});
+    rows.push_back({"TOTAL", "", count_of(idx.tensors.size(), "tensor"), "", "", human_bytes(total_stored),
+                    ratio_text(total_input, total_stored)});
   }
   std::printf("\n");
   print_columns(stdout, rows, 5, /*rule_before_last=*/idx.tensors.size() > 1);
