@@ -19,7 +19,9 @@ set_target_properties(gcz PROPERTIES
   CUDA_STANDARD_REQUIRED ON)
 # --fmad=false: no multiply and add fused into one rounding, as -ffp-contract=off does for the host code,
 # so that device arithmetic rounds as the codec specifications (and the CPU code) do.
-target_compile_options(gcz PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --fmad=false>)
+# The tests' device code (tests/unit/shared_math_device.cu) is compiled with the same options.
+set(GCZ_CUDA_OPTIONS -Xcompiler=-Wall,-Wextra --fmad=false)
+target_compile_options(gcz PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${GCZ_CUDA_OPTIONS}>)
 
 # Named in device_status()'s message when the device cannot load the kernels.
 string(REPLACE ";" "," GCZ_CUDA_ARCH_LIST "${CMAKE_CUDA_ARCHITECTURES}")

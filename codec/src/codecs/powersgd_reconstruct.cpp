@@ -1,7 +1,6 @@
 // PowerSGD's reconstruction on the host, x̂ = P·Qᵀ, exactly as docs/codecs/powersgd.md specifies it.
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -10,6 +9,7 @@
 
 #include "cpu_features.h"
 #include "gcz/convert.h"
+#include "gcz/detail/powersgd_math.h"
 #include "parallel.h"
 #include "powersgd_host.h"
 
@@ -69,8 +69,8 @@ void tile_sums(const double* pp, const double* qp, uint64_t r, double* out) {
 // stay in registers over all of c: Q widened once into panels of kTileCols columns ([c][column]), P four
 // rows at a time ([c][row]), zeros past the matrix's edges. Column blocks keep a block's panels in L2;
 // pieces of rows go to the codec's threads, as many as the work is worth. A NaN sum (from NaN or Inf
-// factors, which only a made-up file holds) becomes the default quiet NaN, whose sign and payload the
-// vector and portable paths would otherwise choose differently. Blocking and threads change how fast,
+// factors, which only a made-up file holds) is settled by powersgd_settle_nan: the vector and portable
+// paths would otherwise choose its sign and payload differently. Blocking and threads change how fast,
 // never a bit.
 void powersgd_reconstruct(const std::vector<float>& p, const std::vector<float>& q, PowerSgdDims d, uint64_t r,
                           DType dtype, void* dst, unsigned threads) {
@@ -98,7 +98,6 @@ void powersgd_reconstruct(const std::vector<float>& p, const std::vector<float>&
     std::vector<double> rows;  // a tile row's sums across the column block
   };
   std::vector<Scratch> scratch(workers);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::size_t esize = dtype_size(dtype);
   run_pieces(workers, d.n, piece_rows, [&](unsigned worker, uint64_t first_row, uint64_t end_row) {
     Scratch& w = scratch[worker];
@@ -117,10 +116,7 @@ void powersgd_reconstruct(const std::vector<float>& p, const std::vector<float>&
           sums(w.pp.data() + t * r * kTileRows, qp.data() + (j0 + j) / kTileCols * r * kTileCols, r, out);
           for (uint64_t k = 0; k < kTileRows; ++k) {
             double* row = w.rows.data() + k * block_cols + j;
-            for (uint64_t c = 0; c < kTileCols; ++c) {
-              const double v = out[k * kTileCols + c];
-              row[c] = v == v ? v : nan;
-            }
+            for (uint64_t c = 0; c < kTileCols; ++c) row[c] = powersgd_settle_nan(out[k * kTileCols + c]);
           }
         }
         // convert_elements rounds to nearest even whatever the FPU's modes (a bare cast follows them),

@@ -4,7 +4,6 @@
 #include "codecs/qsgd_span.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "codecs/qsgd_pack.h"
@@ -54,7 +53,7 @@ GCZ_CPU_INLINE float group_l2(const float* x, uint64_t n) {
     }
     sum.add(combine_lanes(lane));
   }
-  return ceil_to_f32(std::sqrt(sum.total()));
+  return l2_scale(sum.total());
 }
 
 // Rounds the (floored) scale up to the stored dtype, writes its bytes and returns its float32 value:
@@ -333,7 +332,7 @@ GCZ_AVX2_INLINE float group_l2_avx2(const float* x, uint64_t n, int32_t& max_bit
     total = sum.total();
   }
   max_bits = std::max(max_bits, avx2::hmax_epi32(mx));
-  return ceil_to_f32(std::sqrt(total));
+  return l2_scale(total);
 }
 
 // The span's scales first (max scale: a vector max, exact unless an element is not finite; l2 scale:

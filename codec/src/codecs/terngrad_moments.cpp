@@ -3,7 +3,6 @@
 // AVX2, so each loop is compiled, and vectorized, per instruction set. (The trit loops are in
 // terngrad_span.cpp.)
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "codecs/span_inline.h"
@@ -20,14 +19,6 @@ namespace {
 using namespace terngrad;
 
 GCZ_CPU_INLINE uint32_t abs_bits(float x) { return bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
-
-// sigma from a range's sums S1, S2 over its n_f finite elements (TernGradMoments::sigma).
-GCZ_CPU_INLINE double sigma_of(double s1, double s2, uint64_t finite) {
-  if (finite == 0) return 0.0;
-  const double n = static_cast<double>(finite);
-  const double var = (s2 - (s1 * s1) / n) / n;
-  return var > 0.0 ? std::sqrt(var) : 0.0;
-}
 
 // GCC vector types: the eight lanes of the sums as two vectors of four, written out because the
 // compiler does not vectorize the lane loop by itself. Same operations, lane by lane, as the scalar tail.
@@ -206,10 +197,10 @@ GCZ_AVX2_INLINE __m128d combine_lanes_avx2(__m256d s1a, __m256d s1b, __m256d s2a
   return _mm_hadd_pd(u1, u2);
 }
 
-// scale_from_stats(max|x|, sigma_of(S1, S2, n), clip) of four groups of n elements (n > 0) at once:
+// scale_from_stats(max|x|, sigma_from_sums(S1, S2, n), clip) of four groups of n elements (n > 0) at once:
 // the same float64 operations lane by lane, each correctly rounded as in the scalar code, so the same
 // bits; the divisions and square roots of a batch of groups then share the vector units instead of
-// taking one group at a time. The root takes max(var, 0): 0 wherever sigma_of's var > 0 fails, and no
+// taking one group at a time. The root takes max(var, 0): 0 wherever sigma_from_sums's var > 0 fails, and no
 // invalid-operation flag for a negative var.
 GCZ_AVX2_INLINE __m128 scales4_avx2(const double* s1, const double* s2, const int32_t* max_bits, double n,
                                     double clip) {
@@ -267,7 +258,8 @@ __attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint6
         } else {
           one_block_avx2(x + b, len, x[b], sums);
           if (sums.max_bits < 0x7F800000) {
-            const double sigma = clip > 0.0 ? sigma_of(combine_lanes(sums.s1), combine_lanes(sums.s2), len) : 0.0;
+            const double sigma =
+                clip > 0.0 ? sigma_from_sums(combine_lanes(sums.s1), combine_lanes(sums.s2), len) : 0.0;
             scales[g] = scale_from_stats(bit_cast<float>(sums.max_bits), sigma, clip);
             continue;
           }
@@ -286,7 +278,7 @@ __attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint6
       for (int r = 0; r < 4; ++r) scales[pending_g[q + r]] = four[r];
     }
     for (; q < count; ++q) {
-      const double sigma = clip > 0.0 ? sigma_of(pending_s1[q], pending_s2[q], group) : 0.0;
+      const double sigma = clip > 0.0 ? sigma_from_sums(pending_s1[q], pending_s2[q], group) : 0.0;
       scales[pending_g[q]] = scale_from_stats(bit_cast<float>(pending_max[q]), sigma, clip);
     }
   }
@@ -298,7 +290,7 @@ __attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint6
 
 float TernGradMoments::max_abs() const { return bit_cast<float>(max_bits); }
 
-double TernGradMoments::sigma() const { return sigma_of(s1.total(), s2.total(), finite); }
+double TernGradMoments::sigma() const { return sigma_from_sums(s1.total(), s2.total(), finite); }
 
 float TernGradMoments::scale(double clip) const {
   return scale_from_stats(max_abs(), clip > 0.0 ? sigma() : 0.0, clip);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "gcz/detail/float_bits.h"
 #include "gcz/detail/hd.h"
 #include "gcz/detail/philox.h"
 
@@ -78,12 +79,21 @@ GCZ_HD int powersgd_balance_shift(int e, int ep, int eq) {
   return s >= 0 ? s / 2 : -((1 - s) / 2);
 }
 
+// A decoded sum as stored: acc, or the default quiet NaN (0x7FF8000000000000, positive, no payload)
+// for any NaN acc. Where NaN or Inf factors meet (only a made-up file has them), which NaN a sum
+// makes depends on the machine's instructions (x86 keeps the first operand's, a GPU may keep the
+// other's), so every decoder settles it here.
+GCZ_HD double powersgd_settle_nan(double acc) {
+  return acc == acc ? acc : bit_cast<double>(uint64_t{0x7FF8000000000000u});
+}
+
 // x̂[i][j] before rounding to the tensor's dtype: Σ_c P[i][c]·Q[j][c] over c = 0 .. r−1 in float64,
-// starting from +0 (each product of two float32 values is exact in float64; each sum is rounded).
+// starting from +0 (each product of two float32 values is exact in float64; each sum is rounded),
+// a NaN settled by powersgd_settle_nan.
 GCZ_HD double powersgd_element(const float* p_row, const float* q_row, uint64_t r) {
   double acc = 0.0;
   for (uint64_t c = 0; c < r; ++c) acc = acc + static_cast<double>(p_row[c]) * static_cast<double>(q_row[c]);
-  return acc;
+  return powersgd_settle_nan(acc);
 }
 
 }  // namespace gcz::detail

@@ -10,6 +10,8 @@
 //   float y = dequantize<8>(c, step(scale, s), scale);
 #pragma once
 
+#include <math.h>
+
 #include <cstdint>
 
 #include "gcz/detail/float_bits.h"
@@ -52,6 +54,10 @@ GCZ_HD float ceil_to_f32(double v) {
   if (static_cast<double>(f) < v) f = bit_cast<float>(bit_cast<uint32_t>(f) + 1u);
   return f > kMaxFloat ? kMaxFloat : f;
 }
+
+// The l2 scale ||x_G||_2 from the sum of the finite elements' squares (float64, in the order of
+// gcz/detail/quant_reduce.h): sqrt in float64, rounded up to float32.
+GCZ_HD float l2_scale(double sum_of_squares) { return ceil_to_f32(sqrt(sum_of_squares)); }
 
 // The scale before it is rounded to the stored dtype: 0 for a zero group, else at least kMinScale.
 GCZ_HD float floor_scale(float raw) { return raw == 0.0f ? 0.0f : (raw < kMinScale ? kMinScale : raw); }

@@ -9,6 +9,8 @@
 //   float y = detrit(t, s);
 #pragma once
 
+#include <math.h>
+
 #include <cstdint>
 
 #include "gcz/detail/float_bits.h"
@@ -26,6 +28,17 @@ inline constexpr uint32_t kZero = 0, kPlus = 1, kMinus = 2;
 // x for a finite x, 0 for NaN and ±Inf (non-finite elements are encoded as zero).
 GCZ_HD float finite_or_zero(float x) {
   return (bit_cast<uint32_t>(x) & 0x7FFFFFFFu) < 0x7F800000u ? x : 0.0f;
+}
+
+// The population standard deviation of n_f finite elements from S1 = Σ d and S2 = Σ d² (d = x − K
+// for a shift K, float64, in the order of gcz/detail/quant_reduce.h): var = (S2 − (S1·S1) / n_f) / n_f,
+// sigma = sqrt(var), and 0 when n_f = 0 or var is not positive (rounding can leave a constant's var
+// slightly below 0, or NaN).
+GCZ_HD double sigma_from_sums(double s1, double s2, uint64_t finite) {
+  if (finite == 0) return 0.0;
+  const double n = static_cast<double>(finite);
+  const double var = (s2 - (s1 * s1) / n) / n;
+  return var > 0.0 ? sqrt(var) : 0.0;
 }
 
 // The scale s = max|clip(x)| from max|x| (finite elements, float32) and the population standard
