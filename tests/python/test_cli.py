@@ -2141,3 +2141,25 @@ def test_an_index_with_a_nul_byte_is_not_json(tmp_path):
     with_index(REPO / "tests" / "golden" / "fp16.gcz", tmp_path / "nul.gcz", lambda text: text + b"\0")
     r = gcz("verify", tmp_path / "nul.gcz")
     assert r.returncode == EXIT_BAD_INPUT and "index-json" in error_line(r)
+
+
+def test_a_directory_output_at_the_path_length_limit(tmp_path):
+    """A directory output's longest file path, counted as PATH, its temporary suffix (23 bytes at
+    most), '/', the name and '.npy', is 4095 bytes (Linux's limit less the NUL): a name that makes
+    exactly 4095 is written, one a byte longer refused before anything is made."""
+    name = "n" * 100
+    target = 4095 - 23 - 1 - len(name) - 4  # the length of the output path as given, its '/' counted
+    deep = tmp_path
+    while target - len(str(deep)) - 2 > 250:
+        deep = deep / ("p" * 200)
+    deep.mkdir(parents=True)
+    out = str(deep / ("o" * (target - len(str(deep)) - 2))) + "/"
+    assert len(out) == target
+    np.savez(tmp_path / "in.npz", **{name: np.arange(3, dtype=np.float32), name + "x": np.ones(2, np.float32)})
+    gcz("encode", tmp_path / "in.npz", "-o", tmp_path / "in.gcz", "-c", "none", "-q", check=True)
+    r = gcz("decode", tmp_path / "in.gcz", "-o", out)
+    assert r.returncode == EXIT_USAGE, r.stderr
+    assert "its file's path would be up to 4096 bytes, more than the 4095 a path can take" in r.stderr, r.stderr
+    assert list(deep.iterdir()) == []
+    gcz("decode", tmp_path / "in.gcz", "-t", name, "-o", out, check=True)
+    assert np.load(f"{out}{name}.npy").tolist() == [0.0, 1.0, 2.0]
