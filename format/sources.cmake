@@ -9,5 +9,6 @@ target_sources(gcz PRIVATE
   format/src/glob.cpp
   format/src/index_json.cpp
   format/src/mapped_file.cpp
+  format/src/output_paths.cpp
   format/src/tensor_encoder.cpp)
 include(format/io_sources.cmake)
