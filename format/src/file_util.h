@@ -1,6 +1,7 @@
 // Internal file helpers shared by the container and tensor I/O: a read-only mapping whose pages can be
-// dropped after use, and the memory bounds (mapped_file.cpp); and an output file written under a
-// temporary name and renamed on commit (file_util.cpp).
+// dropped after use, and the memory bounds (mapped_file.cpp); output paths checked before any work
+// (output_paths.cpp); and an output file written under a temporary name and renamed on commit
+// (file_util.cpp).
 #pragma once
 
 #include <cstddef>
