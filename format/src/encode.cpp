@@ -26,7 +26,7 @@ Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeO
     uses[i].matched = true;
     if (!rule) {
       rule = &o.rules[i];
-      uses[i].applied = numel >= o.min_numel;
+      if (numel >= o.min_numel) uses[i].applied = true;  // for this tensor; other tensors' uses stay
     }
   }
   if (numel < o.min_numel) return parse_encoding_plan("none");

@@ -1533,6 +1533,19 @@ def test_a_rule_that_matches_nothing_is_a_warning(tmp_path):
         assert r.stderr.count("chose no tensor's codec") == 1 and "'*.bias=none'" in r.stderr, r.stderr
 
 
+def test_a_rule_that_chose_one_tensor_is_not_said_to_have_chosen_none(tmp_path):
+    """A rule chooses a tensor's codec when the tensor has at least --min-numel elements: one that did
+    so for an earlier tensor is not forgotten at a later, smaller one (it had been, and warned)."""
+    np.savez(tmp_path / "two.npz", **{"fc.a": np.ones(200, np.float32), "fc.b": np.ones(4, np.float32)})
+    np.savez(tmp_path / "at.npz", **{"fc.c": np.ones(100, np.float32)})  # exactly --min-numel
+    for name, expected in (("two.npz", ["fp16", "none"]), ("at.npz", ["fp16"])):
+        args = [tmp_path / name, "--min-numel", "100", "--rule", "fc.*=fp16"]
+        rep = json.loads(gcz("eval", *args, "--json", check=True).stdout)
+        assert [t["codec"] for t in rep["tensors"]] == expected, rep["tensors"]
+        r = gcz("eval", *args, "-q", check=True)
+        assert "chose no tensor" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("args, words", [
     (["eval", "x.npy", "--threads", "-1"], "--threads: '-1' is not a whole number in 0..1024"),
     (["eval", "x.npy", "--report", "xml"], "--report"),
