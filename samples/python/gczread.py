@@ -1123,7 +1123,7 @@ def topk_indices(data: np.ndarray, n: int, k: int, ctx: Optional[_Ctx] = None) -
         fail(7, f"index out of range at byte {at} (n = {n})")
     if m < k:
         if truncated:
-            fail(4, f"truncated varint at byte {len(data) - 1}")
+            fail(4, f"truncated varint at byte {int(ends[m - 1]) + 2 if m else 1}")  # where it starts
         fail(8, f"holds {m} indices, expected k = {k}")
     if (int(ends[-1]) + 1 if m else 0) != len(body):
         fail(8, f"bytes left after {k} indices")

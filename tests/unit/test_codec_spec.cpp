@@ -39,6 +39,20 @@ TEST(CodecSpec, RejectsMalformedSpecsWithPosition) {
     EXPECT_NE(s.status().message().find("codec spec '" + std::string(bad) + "'"), std::string::npos)
         << s.status().message();
   }
+  for (const char* unbalanced : {"fp16:v=(x", "topk:values=(qsgd", "topk:values=((qsgd)"}) {
+    auto s = parse_codec_spec(unbalanced);
+    ASSERT_FALSE(s) << unbalanced;
+    EXPECT_NE(s.status().message().find("unbalanced '('"), std::string::npos) << s.status().message();
+  }
+}
+
+// A string value holding parentheses is written back inside one more pair, as it was given.
+TEST(CodecSpec, ParenthesesInAValueSurviveAWriteBack) {
+  for (const char* text : {"a:k=((x))", "a:k=(f(1))+b"}) {
+    auto s = parse_codec_spec(text);
+    ASSERT_TRUE(s) << s.status().message();
+    EXPECT_EQ(s->to_string(), text);
+  }
 }
 
 TEST(EncodingPlan, SplitsCodecAndZstd) {

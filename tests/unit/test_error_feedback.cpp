@@ -68,6 +68,14 @@ double cumulative_rel(ErrorFeedback& ef, const std::vector<fs::path>& steps, con
   return rel;
 }
 
+// The cumulative error of a sum that went NaN where the true sum is finite (its largest |difference|,
+// which a NaN does not raise, stays 0) is not measured, not 0.
+TEST(CumulativeError, ANanSumIsNotReportedAsNoError) {
+  EXPECT_TRUE(std::isnan((CumulativeError{NAN, 1.0, 0.0, 1.0}.rel_l2())));
+  EXPECT_EQ((CumulativeError{0.0, 1.0, 0.0, 1.0}.rel_l2()), 0.0);
+  EXPECT_EQ((CumulativeError{0.25, 1.0, 0.5, 1.0}.rel_l2()), 0.5);
+}
+
 TEST(ErrorFeedback, DecodedSumTracksTrueSumAndResidualStaysBounded) {
   const fs::path d = temp_dir("bounded");
   std::vector<fs::path> steps;

@@ -140,7 +140,10 @@ TEST(Philox, BulkCoarseDrawsMatchCoarse8) {
   const Rng rng(seed, key, kStreamQsgdRounding);
   for (const bool avx2 : {true, false}) {
     allow_avx2_for_testing(avx2);
-    for (const uint64_t first : {0ull, 1ull, 7ull, 16ull, 29ull, (1ull << 33) + 5}) {
+    // ((2^32 - j) * 16: the blocks of a call cross 2^32, where the counter's high word steps, after
+    // the first, second or third of them.)
+    for (const uint64_t first : {0ull, 1ull, 7ull, 16ull, 29ull, (1ull << 33) + 5, ((1ull << 32) - 1) << 4,
+                                 ((1ull << 32) - 2) << 4, ((1ull << 32) - 3) << 4}) {
       for (const uint64_t n : {0ull, 1ull, 31ull, 63ull, 64ull, 65ull, 127ull, 128ull, 129ull, 383ull, 384ull, 385ull,
                                400ull, 401ull, 512ull, 530ull, 1000ull, 4099ull}) {
         std::vector<uint8_t> d(n + 1, 0xAB);

@@ -175,6 +175,13 @@ TEST(RandomK, UnbiasedValuesAreScaledInFloat32) {
   }
 }
 
+// n / k is divided in float64, then rounded to float32: beyond 2^24 elements n itself is no float32.
+TEST(RandomK, TheUnbiasedScaleIsDividedInFloat64) {
+  EXPECT_EQ(codecs::randomk_scale(16777217, 5, true), 3355443.5f);  // 3355443.4, not 16777216 / 5
+  EXPECT_EQ(codecs::randomk_scale((uint64_t{1} << 40) + 3, 3, true), static_cast<float>((0x1p40 + 3) / 3));
+  EXPECT_EQ(codecs::randomk_scale(16777217, 5, false), 1.0f);
+}
+
 TEST(RandomK, ParametersStreamsAndCanonicalForm) {
   for (const std::string bad : {"randomk:k=0", "randomk:ratio=0", "randomk:ratio=2", "randomk:scale=yes",
                                 "randomk:k=2,ratio=0.5", "randomk:seed=3", "randomk:values=(zstd)"}) {

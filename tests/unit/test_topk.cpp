@@ -307,9 +307,9 @@ TEST(TopK, HostileIndexStreamsAreRejectedNamingTheRule) {
       {bytes({}), 100, 3, "missing its tag byte"},
       {bytes({2, 1, 1, 1}), 100, 3, "unknown encoding tag 2"},
       {bytes({0, 1, 1, 0x81}), 100, 3, "truncated varint"},
-      {bytes({0, 1, 0, 1}), 100, 3, "strictly ascending"},                 // a repeated index
-      {bytes({0, 5, 1, 95}), 100, 3, "index out of range"},                // 4, 5, 100
-      {bytes({0, 0xE5, 0x00, 1}), 1000, 2, "overlong varint"},            // 101 with a redundant zero group
+      {bytes({0, 1, 0, 1}), 100, 3, "strictly ascending"},      // a repeated index
+      {bytes({0, 5, 1, 95}), 100, 3, "index out of range"},     // 4, 5, 100
+      {bytes({0, 0xE5, 0x00, 1}), 1000, 2, "overlong varint"},  // 101 with a redundant zero group
       {bytes({0, 1, 1}), 100, 3, "holds 2 indices, expected 3"},
       {bytes({0, 1, 1, 1, 1}), 1000, 3, "bytes left after 3 indices"},
       {bytes({0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F}), 10000, 10, "exceeds 64 bits"},
@@ -317,6 +317,14 @@ TEST(TopK, HostileIndexStreamsAreRejectedNamingTheRule) {
       {bytes({1, 7, 0x04}), 10, 3, "bitmap sets bits past the last element"},
       {bytes({1, 7, 0x01}), 10, 3, "bitmap sets 4 bits, expected 3"},
       {bytes({0, 1, 1, 1, 1, 1}), 16, 3, "exceed the bound of 3"},
+      {bytes({0, 1, 1, 1}), 16, 3, "4 bytes exceed the bound of 3"},  // one byte past the bitmap's size
+      {bytes({0, 1, 0}), 16, 2, "delta 0 at byte 2"},                 // offsets in the stream: the tag is byte 0
+      {bytes({0, 1, 0x81}), 16, 2, "truncated varint at byte 2"},
+      // A tenth byte may only add bit 63: 0x02 would be bit 64. An eleventh byte is never read.
+      {bytes({0, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02, 0x01}), uint64_t{1} << 40, 2,
+       "varint at byte 1 exceeds 64 bits"},
+      {bytes({0, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}), uint64_t{1} << 40, 2,
+       "varint at byte 1 exceeds 64 bits"},
       {bytes({0}), 0, 0, "must be empty for an empty tensor"},
   };
   for (const Bad& c : cases) {

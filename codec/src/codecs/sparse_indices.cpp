@@ -28,8 +28,9 @@ void put_varint(uint64_t v, ByteBuffer& out) {
   out.push_back(static_cast<std::byte>(v));
 }
 
-// Reads one varint at in[pos]; rejects truncation, more than 64 bits and redundant trailing zero
-// groups (so every index list has exactly one encoding).
+// Reads one varint at in[pos] (the body after the tag byte: messages name its offset in the stream,
+// pos + 1); rejects truncation, more than 64 bits and redundant trailing zero groups (so every index
+// list has exactly one encoding).
 Result<uint64_t> get_varint(ByteSpan in, std::size_t& pos) {
   const std::size_t start = pos;
   uint64_t v = 0;
@@ -54,7 +55,7 @@ Result<std::vector<uint64_t>> decode_varints(ByteSpan body, uint64_t n, uint64_t
   uint64_t next = 0;  // the smallest index the next delta may reach: previous index + 1
   while (pos < body.size()) {
     if (out.size() == k) return bad("bytes left after " + std::to_string(k) + " indices");
-    const std::size_t at = pos + 2;  // 1-based byte position in the stream, tag included
+    const std::size_t at = pos + 1;  // the varint's offset in the stream (the tag is byte 0), as get_varint's
     GCZ_ASSIGN_OR_RETURN(uint64_t delta, get_varint(body, pos));
     if (delta == 0) return bad("delta 0 at byte " + std::to_string(at) + ": indices must be strictly ascending");
     if (delta > n - next) return bad("index out of range (n = " + std::to_string(n) + ")");
