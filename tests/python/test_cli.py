@@ -2176,3 +2176,53 @@ def test_a_directory_output_at_the_path_length_limit(tmp_path):
     assert list(deep.iterdir()) == []
     gcz("decode", tmp_path / "in.gcz", "-t", name, "-o", out, check=True)
     assert np.load(f"{out}{name}.npy").tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_zstd_stream_over_several_chunks_keeps_every_byte(tmp_path):
+    """A tensor of more than one chunk (2^24 elements) reaches zstd in several appends; the later
+    ones, long enough to fill zstd's output buffer more than once, keep every byte."""
+    x = np.random.default_rng(3).integers(0, 256, (1 << 24) + (1 << 18)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    gcz("encode", tmp_path / "x.npy", "-o", tmp_path / "x.gcz", "-c", "none+zstd", "-q", check=True)
+    info = json.loads(gcz("info", tmp_path / "x.gcz", "--json", check=True).stdout)
+    assert [s["encoding"] for s in info["tensors"][0]["streams"]] == ["zstd"], info["tensors"][0]["streams"]
+    gcz("decode", tmp_path / "x.gcz", "-o", tmp_path / "y.npy", check=True)
+    assert np.array_equal(np.load(tmp_path / "y.npy"), x)
+
+
+def test_a_tensor_name_of_4096_bytes_is_the_longest(tmp_path):
+    np.savez(tmp_path / "ok.npz", **{"n" * 4096: np.ones(3, np.float32)})
+    np.savez(tmp_path / "long.npz", **{"n" * 4097: np.ones(3, np.float32)})
+    gcz("encode", tmp_path / "ok.npz", "-o", tmp_path / "ok.gcz", "-q", check=True)
+    gcz("decode", tmp_path / "ok.gcz", "-o", tmp_path / "back.npz", check=True)
+    assert np.load(tmp_path / "back.npz")["n" * 4096].tolist() == [1.0, 1.0, 1.0]
+    r = gcz("encode", tmp_path / "long.npz", "-o", tmp_path / "long.gcz", "-q")
+    assert r.returncode != 0 and "(4097 bytes)" in r.stderr and not (tmp_path / "long.gcz").exists(), r.stderr
+
+
+def test_error_feedback_refuses_a_residual_of_another_dtype(tmp_path):
+    """A float64 residual is not read as float32 the step the tensor turns float32."""
+    np.savez(tmp_path / "s1.npz", w=np.array([1.0, -2.0, 3.0, 0.5]))
+    np.savez(tmp_path / "s2.npz", w=np.array([1.0, -2.0, 3.0, 0.5], np.float32))
+    state = tmp_path / "state.gcz"
+    gcz("encode", tmp_path / "s1.npz", "-o", tmp_path / "o1.gcz", "-c", "topk:k=1", "--ef-state", state, "-q",
+        check=True)
+    r = gcz("encode", tmp_path / "s2.npz", "-o", tmp_path / "o2.gcz", "-c", "topk:k=1", "--ef-state", state, "-q")
+    assert r.returncode == EXIT_USAGE, r.stderr
+    assert "(float64) but the input is [4] (float32)" in r.stderr and "change of shape or dtype" in r.stderr, r.stderr
+
+
+def test_error_feedback_metrics_compare_with_the_true_gradient(tmp_path):
+    """With error feedback the report's error is that of x̂ against the step's gradient x, not
+    against x + residual, which the codec was given (docs/CLI.md)."""
+    rng = np.random.default_rng(11)
+    state = tmp_path / "state.gcz"
+    for step in (1, 2):
+        x = rng.standard_normal(64).astype(np.float32)
+        np.savez(tmp_path / f"s{step}.npz", w=x)
+        rep = json.loads(gcz("encode", tmp_path / f"s{step}.npz", "-o", tmp_path / f"o{step}.gcz",
+                             "-c", "topk:ratio=0.5", "--ef-state", state, "--json", check=True).stdout)
+        gcz("decode", tmp_path / f"o{step}.gcz", "-o", tmp_path / f"d{step}.npz", check=True)
+        xhat = np.load(tmp_path / f"d{step}.npz")["w"].astype(np.float64)
+        want = np.linalg.norm(xhat - x) / np.linalg.norm(x.astype(np.float64))
+        assert rep["tensors"][0]["metrics"]["rel_l2"] == pytest.approx(want, rel=1e-9), step
