@@ -2226,3 +2226,19 @@ def test_error_feedback_metrics_compare_with_the_true_gradient(tmp_path):
         xhat = np.load(tmp_path / f"d{step}.npz")["w"].astype(np.float64)
         want = np.linalg.norm(xhat - x) / np.linalg.norm(x.astype(np.float64))
         assert rep["tensors"][0]["metrics"]["rel_l2"] == pytest.approx(want, rel=1e-9), step
+
+
+def test_eval_steps_without_ef_start_powersgd_cold_at_every_step(tmp_path):
+    """Without --ef nothing is carried from step to step, PowerSGD's Q neither: step s is the
+    single-step eval with seed SEED + s."""
+    np.save(tmp_path / "m.npy", np.random.default_rng(5).standard_normal((64, 32)).astype(np.float32))
+    steps = json.loads(gcz("eval", "--steps", tmp_path / "m.npy", tmp_path / "m.npy", "-c", "powersgd:rank=2",
+                           "--json", check=True).stdout)["steps"]
+    for s in (0, 1):
+        alone = json.loads(gcz("eval", tmp_path / "m.npy", "-c", "powersgd:rank=2", "--seed", str(s), "--json",
+                               check=True).stdout)
+        step = {k: v for k, v in steps[s]["tensors"][0]["metrics"].items() if k != "sum_rel_l2"}
+        assert step == alone["tensors"][0]["metrics"], s
+    carried = json.loads(gcz("eval", "--steps", tmp_path / "m.npy", tmp_path / "m.npy", "-c", "powersgd:rank=2",
+                             "--ef", "--json", check=True).stdout)["steps"]
+    assert carried[1]["tensors"][0]["metrics"]["rel_l2"] != steps[1]["tensors"][0]["metrics"]["rel_l2"]
