@@ -1340,6 +1340,22 @@ def test_codec_spec_is_written_as_gcz_writes_it(tmp_path):
 # 8. an error-feedback state file is an ordinary .gcz (CODECS.md, "Error feedback")
 
 
+def test_a_state_with_a_residual_of_another_dtype_is_refused(tmp_path):
+    """A residual is float32 or float64: a state holding a float16 one is refused when it is opened."""
+    np.savez(tmp_path / "r.npz", **{"residual/w": np.array([0, -2, 3, 0.5], np.float16)})
+    gcz("encode", str(tmp_path / "r.npz"), "-o", str(tmp_path / "r.gcz"), "-c", "none", "-q")
+
+    def as_state(j):
+        j["metadata"] = {"gcz.error_feedback": "1", "gcz.ef_steps": "1"}
+
+    (tmp_path / "state.gcz").write_bytes(_edit_index(as_state)((tmp_path / "r.gcz").read_bytes()))
+    np.savez(tmp_path / "s.npz", w=np.ones(4, np.float32))
+    r = gcz("encode", str(tmp_path / "s.npz"), "-o", str(tmp_path / "o.gcz"), "-c", "topk:k=1", "--ef-state",
+            str(tmp_path / "state.gcz"), check=False)
+    assert r.returncode != 0 and "tensor 'residual/w': a residual must be float32 or float64" in r.stderr, r.stderr
+    assert not (tmp_path / "o.gcz").exists()
+
+
 def test_error_feedback_state_file(tmp_path):
     steps = [SAMPLES / f"step_000{i}.safetensors" for i in range(3)]
     ef = tmp_path / "ef.gcz"
