@@ -2242,3 +2242,13 @@ def test_eval_steps_without_ef_start_powersgd_cold_at_every_step(tmp_path):
     carried = json.loads(gcz("eval", "--steps", tmp_path / "m.npy", tmp_path / "m.npy", "-c", "powersgd:rank=2",
                              "--ef", "--json", check=True).stdout)["steps"]
     assert carried[1]["tensors"][0]["metrics"]["rel_l2"] != steps[1]["tensors"][0]["metrics"]["rel_l2"]
+
+
+def test_the_state_lists_a_residual_for_an_empty_tensor(tmp_path):
+    """Every tensor of the step has its residual in the state, one of no elements too."""
+    np.savez(tmp_path / "s.npz", w=np.array([1.0, -2.0, 3.0, 0.5], np.float32), z=np.zeros((0, 3), np.float32))
+    state = tmp_path / "state.gcz"
+    gcz("encode", tmp_path / "s.npz", "-o", tmp_path / "o.gcz", "-c", "topk:k=1", "--ef-state", state, "-q",
+        check=True)
+    info = json.loads(gcz("info", state, "--json", check=True).stdout)
+    assert {(t["name"], tuple(t["shape"])) for t in info["tensors"]} == {("residual/w", (4,)), ("residual/z", (0, 3))}
