@@ -136,6 +136,9 @@ TEST(MakeCodec, NumericParametersSayWhatIsWrong) {
   // A whole number beyond int64 is read as a double: its range is what is wrong, not its being whole.
   const std::string range = "must be an integer of at most 9223372036854775807 in magnitude, got ";
   EXPECT_NE(message("topk:k=100000000000000000000000").find("'k' " + range + "1e23"), std::string::npos);
+  EXPECT_NE(message("topk:k=9.3e18").find("'k' " + range + "9.3e18"), std::string::npos);  // just past 2^63
+  EXPECT_NE(message("topk:k=6e18").find("'k' must be an integer, got the decimal number 6000000000000000000 ("),
+            std::string::npos);
   EXPECT_NE(message("topk:k=10.0").find("'k' must be an integer, got the decimal number 10 ("), std::string::npos);
   EXPECT_NE(message("qsgd:bits=(4)").find("'bits' must be an integer, got '4', a word (a number in parentheses"),
             std::string::npos);
