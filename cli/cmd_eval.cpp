@@ -67,8 +67,11 @@ RunFn add_eval_command(CLI::App& app) {
     }
     // Every step's input is opened before the first step runs: a missing or unreadable file should
     // not cost the steps before it.
+    std::vector<std::pair<std::string, std::vector<TensorInfo>>> step_tensors;
     for (const std::string& input : a->encode.inputs) {
-      if (auto reader = open_tensor_file(input, options->read); !reader) return report_error(reader.status());
+      auto reader = open_tensor_file(input, options->read);
+      if (!reader) return report_error(reader.status());
+      step_tensors.emplace_back(input, (*reader)->tensors());
     }
     ErrorFeedback ef;
     if (!a->ef_state.empty()) {
@@ -83,6 +86,8 @@ RunFn add_eval_command(CLI::App& app) {
     }
     ef.set_feedback(a->ef);
     ef.set_track_sums(true);
+    // With feedback, a tensor whose shape or dtype changes is an error: found before any step runs.
+    if (Status st = ef.check_steps(step_tensors); !st) return report_error(st);
     options->error_feedback = &ef;
     std::vector<StepReport> steps;
     std::vector<RuleUse> rules;  // what each rule did in any step
@@ -90,6 +95,7 @@ RunFn add_eval_command(CLI::App& app) {
     for (const std::string& input : a->encode.inputs) {
       progress.set_verb("evaluating step " + std::to_string(steps.size() + 1) + "/" +
                         std::to_string(a->encode.inputs.size()) + ":");
+      const uint64_t step = ef.steps();  // the state's count, as a chain of encode --ef-state runs numbers it
       auto report = encode_files({input}, "", *options);
       progress.clear();
       if (!report) return report_error(report.status());
@@ -122,7 +128,7 @@ RunFn add_eval_command(CLI::App& app) {
         rules[i].matched |= report->rules[i].matched;
         rules[i].applied |= report->rules[i].applied;
       }
-      steps.push_back({input, std::move(*report)});
+      steps.push_back({input, std::move(*report), step});
     }
     print_rule_warnings(rules);
     if (!a->encode.quiet) print_steps(stdout, steps, a->encode.report_format, a->ef, *view);

@@ -307,7 +307,10 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
 }
 
 void add_raw_input_options(CLI::App& app, std::string& dtype, std::string& shape) {
-  app.add_option("--dtype", dtype, "Element type of raw binary input: f16, bf16, f32, f64. Example: --dtype f32");
+  app.add_option("--dtype", dtype,
+                 "Element type of raw binary input: f16, bf16, f32, f64 (also float16, bfloat16, float32, float64, "
+                 "fp16, fp32, fp64, "
+                 "half, double). Example: --dtype f32");
   app.add_option("--shape", shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024")
       ->check(CLI::Validator(
           [](std::string& v) { return v.empty() ? "expected comma-separated sizes, e.g. 4096,1024" : std::string(); },
@@ -354,7 +357,10 @@ Result<ReadOptions> to_read_options(const std::string& dtype, const std::string&
   ReadOptions o;
   if (!dtype.empty()) {
     auto dt = parse_dtype(dtype);
-    if (!dt) return invalid_argument("--dtype '" + dtype + "': expected f16, bf16, f32 or f64");
+    if (!dt) {
+      return invalid_argument("--dtype '" + dtype + "': expected f16, bf16, f32 or f64" +
+                              (dtype == "float" ? " ('float' is float32 in C but float64 in numpy: say which)" : ""));
+    }
     o.raw_dtype = *dt;
   }
   if (!shape.empty()) {

@@ -139,17 +139,23 @@ int usage_error(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) 
 // `gcz help [COMMAND]`: the help of gcz or of COMMAND, as --help prints it.
 std::optional<int> help_command(CLI::App& app, int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "help") return std::nullopt;
-  if (argc == 2) {
+  const std::string asked = argc > 2 ? argv[2] : "";
+  if (argc == 2 || (argc == 3 && (asked == "--help" || asked == "-h"))) {
     std::printf("%s", app.help().c_str());
     return gcz::cli::kExitOk;
   }
-  for (CLI::App* sub : app.get_subcommands({})) {
-    if (sub->get_name() == argv[2] && argc == 3) {
-      std::printf("%s", sub->help(app.get_name()).c_str());
-      return gcz::cli::kExitOk;
+  const char* problem = "'gcz help' takes one command";
+  if (argc == 3) {
+    for (CLI::App* sub : app.get_subcommands({})) {
+      if (sub->get_name() == asked) {
+        std::printf("%s", sub->help(app.get_name()).c_str());
+        return gcz::cli::kExitOk;
+      }
     }
+    problem = "unknown command";
   }
-  std::fprintf(stderr, "gcz: error: 'gcz help' takes one command: %s (see 'gcz --help')\n", command_names(app).c_str());
+  std::fprintf(stderr, "gcz: error: %s%s (commands: %s; see 'gcz --help')\n", problem,
+               argc == 3 ? (" '" + asked + "'").c_str() : "", command_names(app).c_str());
   return gcz::cli::kExitUsage;
 }
 

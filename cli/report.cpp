@@ -255,6 +255,7 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
     json j = {{"error_feedback", feedback}, {"steps", json::array()}};
     for (const StepReport& s : steps) {
       json r = report_json(s.report, view);
+      r["step"] = s.step;
       r["file"] = s.file;
       j["steps"].push_back(r);
     }
@@ -264,17 +265,18 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
   if (format == "csv") {
     for (std::size_t k = 0; k < steps.size(); ++k) {
       print_csv(out, rows_of(steps[k].report, view), "step,file,",
-                std::to_string(k) + "," + csv_field(steps[k].file) + ",", k == 0);
+                std::to_string(steps[k].step) + "," + csv_field(steps[k].file) + ",", k == 0);
     }
     return;
   }
   std::vector<std::vector<std::string>> summary = {{"step", "file", "ratio", "rel_l2", "cosine", "norm_ratio", "sum_rel_l2"}};
   for (std::size_t k = 0; k < steps.size(); ++k) {
     const EncodeReport& r = steps[k].report;
-    std::fprintf(out, "== step %zu: %s (%zu of %zu)\n", k, printable(steps[k].file).c_str(), k + 1, steps.size());
+    std::fprintf(out, "== step %llu: %s (%zu of %zu)\n", static_cast<unsigned long long>(steps[k].step),
+                 printable(steps[k].file).c_str(), k + 1, steps.size());
     print_table(out, rows_of(r, view));
     std::fprintf(out, "\n");
-    summary.push_back({std::to_string(k), printable(steps[k].file), fmt("%.2f", r.total.ratio),
+    summary.push_back({std::to_string(steps[k].step), printable(steps[k].file), fmt("%.2f", r.total.ratio),
                        fmt("%.3e", r.total.rel_l2), fmt("%.6f", r.total.cosine), fmt("%.4f", r.total.norm_ratio),
                        r.cumulative ? fmt("%.3e", r.cumulative->rel_l2()) : std::string("-")});
   }

@@ -1,6 +1,7 @@
 // Printing an EncodeReport: a human table (default), JSON or CSV, plus warnings on stderr.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -28,6 +29,7 @@ void print_report(std::FILE* out, const EncodeReport& report, const std::string&
 struct StepReport {
   std::string file;
   EncodeReport report;
+  uint64_t step = 0;  // from 0, or from the step count of the state the run started from
 };
 // Every step's per-tensor report, then a summary line per step (table); one JSON document; or one CSV
 // with `step` and `file` columns first.

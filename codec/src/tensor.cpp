@@ -17,7 +17,8 @@ std::string_view dtype_name(DType dtype) {
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "float16" || name == "f16" || name == "fp16" || name == "half") return DType::kFloat16;
   if (name == "bfloat16" || name == "bf16") return DType::kBFloat16;
-  if (name == "float32" || name == "f32" || name == "fp32" || name == "float") return DType::kFloat32;
+  // Not "float": float32 in C, float64 in numpy and Python.
+  if (name == "float32" || name == "f32" || name == "fp32") return DType::kFloat32;
   if (name == "float64" || name == "f64" || name == "fp64" || name == "double") return DType::kFloat64;
   return std::nullopt;
 }

@@ -151,7 +151,8 @@ Status GczReader::Impl::check_header(uint64_t& index_offset, uint64_t& index_len
   }
   const uint8_t* t = b + size - detail::kTrailerBytes;
   if (std::memcmp(t + 24, detail::kEndMagic.data(), 8) != 0) {
-    return fail("bad-end-magic", "the trailer's magic is wrong (file truncated or not closed)");
+    return fail("bad-end-magic",
+                "the trailer's magic is wrong (file truncated, not closed, or with bytes after its end)");
   }
   index_offset = detail::get_le(t, 8);
   index_length = detail::get_le(t + 8, 8);

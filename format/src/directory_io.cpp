@@ -197,7 +197,8 @@ Status DirectoryReader::collect_files() {
     if (fs::is_regular_file(status)) {
       found.push_back(it->path());
     } else if (fs::is_directory(status)) {
-      continue;  // listed in turn (a link to one is not followed)
+      // Listed in turn; a link to one is not followed (it could loop, or reach outside the input).
+      if (it->is_symlink(kind)) unreadable.emplace_back(it->path(), "a symbolic link to a directory (not followed)");
     } else if (it->is_symlink(kind) && !fs::exists(status)) {
       unreadable.emplace_back(it->path(), "a symbolic link to nothing");
     } else {

@@ -41,6 +41,11 @@ Result<EncodingPlan> plan_for(const TensorInfo& t, uint64_t numel, const EncodeO
   return plan;
 }
 
+// Whether the resolved path `p` is `dir` or lies below it.
+bool lies_in(const std::filesystem::path& dir, const std::filesystem::path& p) {
+  return std::mismatch(dir.begin(), dir.end(), p.begin(), p.end()).first == dir.end();
+}
+
 // Refuses an output that is `input`, or a tensor file inside the directory `input` (which that
 // directory's reader opens: the rename into place would replace an input, or add one).
 Status check_not_an_input(const std::string& output, const std::string& input) {
@@ -50,11 +55,24 @@ Status check_not_an_input(const std::string& output, const std::string& input) {
   }
   std::error_code ec;
   if (!std::filesystem::is_directory(input, ec) || !tensor_format_from_path(output)) return Status::ok();
-  const std::filesystem::path dir = detail::resolved_path(input), out = detail::resolved_path(output);
-  const auto [end, unused] = std::mismatch(dir.begin(), dir.end(), out.begin(), out.end());
-  if (end != dir.end()) return Status::ok();
+  if (!lies_in(detail::resolved_path(input), detail::resolved_path(output))) return Status::ok();
   return invalid_argument(output + ": the output would be a tensor file inside the input directory " + input +
                           "; write it elsewhere");
+}
+
+// Refuses an input inside a directory that is also an input: the directory's reader reads it already.
+Status check_inputs_apart(const std::map<std::filesystem::path, std::string>& inputs) {
+  std::error_code ec;
+  for (const auto& [dir, dir_name] : inputs) {
+    if (!std::filesystem::is_directory(dir, ec)) continue;
+    for (const auto& [path, name] : inputs) {
+      if (path != dir && lies_in(dir, path)) {
+        return invalid_argument(name + ": inside the input directory " + dir_name +
+                                ", which reads it already; give one or the other");
+      }
+    }
+  }
+  return Status::ok();
 }
 
 // A state that holds residuals, but none for a tensor of this step, is another model's or another
@@ -122,6 +140,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
                               (it->second == path ? std::string() : " (as " + it->second + " too)"));
     }
   }
+  GCZ_RETURN_IF_ERROR(check_inputs_apart(input_files));
   // Open every input first: names are checked for clashes and the progress total is known.
   std::vector<std::unique_ptr<TensorFileReader>> readers;
   std::size_t tensor_count = 0;

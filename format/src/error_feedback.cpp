@@ -163,6 +163,39 @@ Result<std::unique_ptr<GczWriter>> ErrorFeedback::write(const std::string& path,
   return writer;
 }
 
+Status ErrorFeedback::check_steps(const std::vector<std::pair<std::string, std::vector<TensorInfo>>>& steps) const {
+  if (!feedback_) return Status::ok();
+  struct Held {
+    Shape shape;
+    DType dtype;
+    std::string where;
+  };
+  std::map<std::string, Held> held;  // the residual each tensor would have when its next step comes
+  const std::string state = file_path_.empty() ? "the error-feedback state" : "the state " + file_path_;
+  for (const auto& [name, e] : entries_) {
+    if (!e.residual.empty()) held[name] = {e.shape, e.dtype, state};
+  }
+  for (const auto& [file, tensors] : steps) {
+    for (const TensorInfo& t : tensors) {
+      const DType w = detail::working_dtype(t.dtype);
+      auto it = held.find(t.name);
+      if (it != held.end() && (it->second.shape != t.shape || it->second.dtype != w)) {
+        const Held& h = it->second;
+        return invalid_argument(file + ": tensor '" + t.name + "': shape " + shape_to_string(t.shape) + " (" +
+                                std::string(dtype_name(w)) + "), but " + shape_to_string(h.shape) + " (" +
+                                std::string(dtype_name(h.dtype)) + ") in " + h.where +
+                                "; a residual is not carried across a change of shape or dtype");
+      }
+      const auto numel = t.numel();
+      if (numel && *numel > 0)
+        held[t.name] = {t.shape, w, file};
+      else
+        held.erase(t.name);
+    }
+  }
+  return Status::ok();
+}
+
 namespace detail {
 
 DType working_dtype(DType d) { return d == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }

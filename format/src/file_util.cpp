@@ -360,10 +360,10 @@ Status AtomicFile::commit_together(AtomicFile& first, AtomicFile& second) {
     case 0:
       GCZ_RETURN_IF_ERROR(first.placed());
       return second.placed();
-    case 1:
-      return first.rename_error(err);
+    case 1:  // neither in place: the two go together or not at all
+      return io_error(first.rename_error(err).message() + "; " + second.path_ + " was not written either");
     case 2:
-      return second.rename_error(err);  // `first` as it was
+      return io_error(second.rename_error(err).message() + "; " + first.path_ + " was not written either");
     case 3:
       (void)second.placed();
       return io_error(first.rename_error(err).message() + "; " + second.path_ + " was put in place before it");

@@ -57,9 +57,13 @@ bool same_file(const std::string& a, const std::string& b);
 // The directory that holds `path` ("." for a bare name).
 std::filesystem::path directory_of(const std::string& path);
 
-// Refuses an output path that is empty, or that exists and is not a regular file (a directory, a
-// symbolic link, a device, a pipe): the rename that puts an output in place would replace it.
+// Refuses an output path that is empty or "-", or that exists and is not a regular file (a directory,
+// a symbolic link, a device, a pipe): the rename that puts an output in place would replace it.
 Status check_output_file(const std::string& path);
+
+// Refuses "-", which names standard output to many tools, and would be a file named "-" here.
+Status check_not_standard_output(const std::string& path);
+
 // The directory an output (a file, or a directory named with or without a trailing '/') goes into
 // exists and this process may create and rename entries in it: io_error naming it otherwise.
 Status check_output_parent(const std::string& path);

@@ -62,6 +62,8 @@ uint64_t memory_limit_bytes() {
 }
 
 Status not_a_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return io_error(path + ": a directory, not a file");
   return io_error(path + ": not a regular file (gcz maps its inputs into memory: no pipes or devices)");
 }
 

@@ -47,12 +47,12 @@ closes it. Its attributes: ``path``; ``tensors``, the names in file order (also 
 ``name in f``, ``iter(f)``); ``metadata``, the index's metadata as a ``dict`` of strings (``--meta``
 values, and ``gcz.*`` keys such as ``gcz.ef_steps``); ``producer``; ``version``, ``(major, minor)``;
 ``file_size``. ``info(name)`` gives a :class:`TensorInfo`: ``name``, ``dtype``, ``shape``, ``codec``
-(the chain as in the index), ``codec_spec`` (as ``gcz info`` prints it), ``seed``, ``rng``,
-``streams`` (:class:`StreamInfo`: ``name``, ``encoding``, ``offset``, ``length``, ``size``,
-``xxh3``), ``metrics`` (the dict the encoder stored, or ``None``), ``numel``. ``read_stream(name,
-stream)`` returns one stream's stored bytes, decompressed. One ``GczFile`` may be read from several
-threads at once, and from processes forked while it was open (reads are positional); pickled, it is
-its path, opened again where it is unpickled.
+(the chain as in the index), ``codec_spec`` (the chain as one ``-c`` spec, every parameter
+given), ``seed``, ``rng``, ``streams`` (:class:`StreamInfo`: ``name``, ``encoding``, ``offset``,
+``length``, ``size``, ``xxh3``), ``metrics`` (the dict the encoder stored, or ``None``),
+``numel``. ``read_stream(name, stream)`` returns one stream's stored bytes, decompressed. One
+``GczFile`` may be read from several threads at once, and from processes forked while it was open
+(reads are positional); pickled, it is its path, opened again where it is unpickled.
 
 ``read`` returns ``float16``/``float32``/``float64`` arrays for those dtypes. numpy has no bfloat16: a
 ``bfloat16`` tensor is returned as a ``numpy.uint16`` array holding the bfloat16 bit patterns (the
@@ -1258,8 +1258,10 @@ class TensorInfo:
 
     @property
     def codec_spec(self) -> str:
-        """The chain written as a spec string, as gcz writes it (``gcz info``), e.g.
-        ``fp16+zstd:level=3``, ``terngrad:clip=1e20,...``, ``topk:ratio=0.01,values=(fp16)``."""
+        """The chain written as one spec string in the syntax of ``gcz encode -c`` (docs/CLI.md), every
+        parameter given (``gcz info`` shows the codecs' names alone), e.g. ``fp16+zstd:level=3``,
+        ``terngrad:clip=1e20,...``, ``topk:ratio=0.01,values=fp16``,
+        ``topk:ratio=0.01,values=(qsgd:bits=8,group=128,...)+zstd:level=3``."""
         parts = []
         for st in self.codec:
             params = ",".join(f"{k}={_spec_value(v)}" for k, v in st["params"].items())

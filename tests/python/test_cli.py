@@ -1172,28 +1172,85 @@ def test_sort_and_top_choose_the_rows(tmp_path):
 
 
 def test_a_directory_notes_the_entries_it_cannot_read(tmp_path):
-    """A symbolic link to nothing (a download that never finished) and a pipe in a directory input are
-    noted as skipped, not passed over in silence; the rest is read."""
+    """A symbolic link to nothing (a download that never finished), a link to a directory (not
+    followed) and a pipe in a directory input are noted as skipped, not passed over in silence; the
+    rest is read."""
     d = tmp_path / "d"
     d.mkdir()
     np.save(d / "x.npy", np.ones(4, np.float32))
     (d / "shard.safetensors").symlink_to(tmp_path / "missing-blob")
     os.mkfifo(d / "f.npy")
+    (tmp_path / "elsewhere").mkdir()
+    np.save(tmp_path / "elsewhere" / "y.npy", np.ones(4, np.float32))
+    (d / "sub").symlink_to(tmp_path / "elsewhere")
     r = gcz("eval", d, "--json", check=True)
     rep = json.loads(r.stdout)
     assert [t["name"] for t in rep["tensors"]] == ["x"]
     assert {(s["name"], s["reason"]) for s in rep["skipped"]} == {
         ("shard.safetensors", "a symbolic link to nothing"),
+        ("sub", "a symbolic link to a directory (not followed)"),
         ("f.npy", "not a regular file (a pipe, device or socket)")}, rep["skipped"]
     assert "skipped" in r.stderr and "shard.safetensors: a symbolic link to nothing" in r.stderr, r.stderr
+    assert "sub: a symbolic link to a directory (not followed)" in r.stderr, r.stderr
+
+
+def test_a_file_inside_a_directory_also_given_is_refused(tmp_path):
+    """The directory reads the file already: given both, the file's tensors would be encoded twice (or,
+    for a shard index, under two names)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    np.save(d / "x.npy", np.ones(4, np.float32))
+    for args in (["d", "d/x.npy"], ["./d/x.npy", "d/"]):
+        r = gcz("encode", *args, "-o", "o.gcz", cwd=tmp_path)
+        assert r.returncode == EXIT_USAGE and not (tmp_path / "o.gcz").exists(), r
+        file = args[0] if args[0].endswith(".npy") else args[1]
+        assert f"{file}: inside the input directory " in error_line(r), r.stderr
+    # A file beside the directory, or reached through a link the directory does not follow, is not.
+    np.save(tmp_path / "y.npy", np.ones(4, np.float32))
+    (tmp_path / "e").mkdir()
+    np.save(tmp_path / "e" / "z.npy", np.ones(4, np.float32))
+    (d / "link").symlink_to(tmp_path / "e")
+    rep = json.loads(gcz("eval", "d", "y.npy", "d/link/z.npy", "--json", cwd=tmp_path, check=True).stdout)
+    assert [t["name"] for t in rep["tensors"]] == ["x", "y", "z"], rep["tensors"]
+
+
+def test_standard_output_is_not_a_file_name_gcz_writes(tmp_path):
+    """'-' means standard output to many tools; gcz refuses it rather than write a file named '-'."""
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    gcz("encode", "x.npy", "-o", "x.gcz", "-q", cwd=tmp_path, check=True)
+    for args in (["encode", "x.npy", "-o", "-"], ["decode", "x.gcz", "-o", "-"],
+                 ["encode", "x.npy", "-o", "y.gcz", "--ef-state", "-"]):
+        r = gcz(*args, cwd=tmp_path)
+        assert r.returncode == EXIT_USAGE and r.stdout == "", r
+        assert "-: gcz writes its outputs to named files" in error_line(r), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.gcz", "x.npy"]
+
+
+def test_a_gcz_file_with_bytes_after_its_end_is_not_called_only_truncated(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    gcz("encode", tmp_path / "x.npy", "-o", tmp_path / "x.gcz", "-q", check=True)
+    longer = tmp_path / "longer.gcz"
+    longer.write_bytes((tmp_path / "x.gcz").read_bytes() + bytes(64))
+    r = gcz("info", longer)
+    assert r.returncode == EXIT_BAD_INPUT and "bad-end-magic" in error_line(r), r
+    assert "(file truncated, not closed, or with bytes after its end)" in error_line(r), r.stderr
+
+
+def test_a_directory_where_a_gcz_file_is_expected_is_named_as_one(tmp_path):
+    for command in ("info", "verify"):
+        r = gcz(command, tmp_path)
+        assert r.returncode == EXIT_IO, r
+        assert error_line(r) == f"gcz: error: {tmp_path}: a directory, not a file", r.stderr
 
 
 def test_json_names_a_skipped_tensor_and_its_file_apart(tmp_path):
     np.savez(tmp_path / "m.npz", w=np.ones(4, np.float32), ids=np.arange(3))
-    (tmp_path / "notes.txt").write_text("x")
-    rep = json.loads(gcz("eval", tmp_path / "m.npz", tmp_path, "-c", "none", "--json", check=True).stdout)
-    assert {(s["file"], s["name"]) for s in rep["skipped"]} >= {
-        (str(tmp_path / "m.npz"), "ids"), (str(tmp_path), "notes.txt")}, rep["skipped"]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.txt").write_text("x")
+    np.save(tmp_path / "d" / "v.npy", np.ones(4, np.float32))
+    rep = json.loads(gcz("eval", tmp_path / "m.npz", tmp_path / "d", "-c", "none", "--json", check=True).stdout)
+    assert {(s["file"], s["name"]) for s in rep["skipped"]} == {
+        (str(tmp_path / "m.npz"), "ids"), (str(tmp_path / "d"), "notes.txt")}, rep["skipped"]
 
 
 def sharded_model(where: Path) -> Dict[str, np.ndarray]:
@@ -1521,6 +1578,49 @@ def test_eval_steps_opens_every_input_and_checks_the_state_before_the_first_step
     assert r.returncode == EXIT_USAGE and "needs --ef" in error_line(r)
 
 
+def test_eval_steps_with_feedback_finds_a_change_of_shape_before_the_first_step(tmp_path):
+    """With --ef a residual cannot follow a tensor into another shape or dtype: the steps' files are
+    all opened first, so the change is an error before any step is computed (no report, no
+    warnings of earlier steps), whether it comes between the steps or from the state."""
+    for k, b in enumerate((np.ones(6, np.float32), np.ones(6, np.float32), np.ones((2, 3), np.float32))):
+        write_safetensors(tmp_path / f"s{k}.safetensors", {"a": np.ones(10, np.float32), "b": b})
+    np.savez(tmp_path / "s64.npz", a=np.ones(10, np.float64), b=np.ones(6, np.float32))
+    for steps, held in ((["s0.safetensors", "s1.safetensors", "s2.safetensors"], "[6] (float32) in s1.safetensors"),
+                        (["s0.safetensors", "s64.npz"], "[10] (float32) in s0.safetensors")):
+        r = gcz("eval", "--steps", *steps, "-c", "topk", "--ef", cwd=tmp_path)
+        assert r.returncode == EXIT_USAGE and r.stdout == "", r
+        assert r.stderr.count("\n") == 1 and f"{steps[-1]}: tensor '" in r.stderr, r.stderr
+        assert f"but {held}; a residual is not carried across a change of shape or dtype" in r.stderr, r.stderr
+    # Without --ef the steps are independent: the sums start again, with a warning.
+    r = gcz("eval", "--steps", "s0.safetensors", "s2.safetensors", "-c", "topk", "-q", cwd=tmp_path, check=True)
+    assert "tensor 'b': shape [2, 3], [6] before: its sum_rel_l2 starts again" in r.stderr, r.stderr
+    # From a state: the residual it holds.
+    gcz("encode", "s0.safetensors", "-o", "o.gcz", "--ef-state", "ef.gcz", "-q", cwd=tmp_path, check=True)
+    r = gcz("eval", "--steps", "s2.safetensors", "--ef", "--ef-state", "ef.gcz", cwd=tmp_path)
+    assert r.returncode == EXIT_USAGE and r.stdout == "", r
+    assert "s2.safetensors: tensor 'b': shape [2, 3] (float32), but [6] (float32) in the state ef.gcz" in r.stderr
+
+
+@needs_samples
+def test_eval_steps_from_a_state_numbers_them_on_from_its_count(tmp_path):
+    """The steps of eval --steps --ef-state are the state's next ones: numbered, and seeded, as the
+    chain of encode --ef-state runs would number them."""
+    steps = [SAMPLES / f"step_000{k}.safetensors" for k in (1, 2)]
+    gcz("encode", SAMPLE, "-o", tmp_path / "o.gcz", "-c", "randomk", "--ef-state", tmp_path / "ef.gcz", "-q",
+        check=True)
+    args = ["eval", "--steps", *steps, "-c", "randomk", "--ef", "--ef-state", tmp_path / "ef.gcz"]
+    rep = json.loads(gcz(*args, "--json", check=True).stdout)
+    assert [(s["step"], s["seed"]) for s in rep["steps"]] == [(1, 1), (2, 2)], rep["steps"]
+    table = gcz(*args, check=True).stdout
+    assert f"== step 1: {steps[0]} (1 of 2)" in table and f"== step 2: {steps[1]} (2 of 2)" in table, table
+    assert [ln.split()[0] for ln in table.split("== summary")[1].splitlines()[2:]] == ["1", "2"], table
+    csv_rows = gcz(*args, "--csv", check=True).stdout.splitlines()[1:]
+    assert {row.split(",")[0] for row in csv_rows} == {"1", "2"}, csv_rows
+    # Without a state they are numbered from 0.
+    rep = json.loads(gcz("eval", "--steps", *steps, "-c", "randomk", "--ef", "--json", check=True).stdout)
+    assert [(s["step"], s["seed"]) for s in rep["steps"]] == [(0, 0), (1, 1)], rep["steps"]
+
+
 @needs_samples
 def test_a_rule_that_matches_nothing_is_a_warning(tmp_path):
     r = gcz("eval", SAMPLE, "--rule", "nomatch*=none", "--rule", "*.bias=none", "-q", check=True)
@@ -1570,7 +1670,9 @@ def test_a_rule_that_chose_one_tensor_is_not_said_to_have_chosen_none(tmp_path):
     (["info", "a.gcz", "b.gcz"], "unexpected argument 'b.gcz' for gcz info"),
     (["decode", "x.gcz", "-o", "y.npy", "--threads", "2"], "unexpected arguments '--threads 2' for gcz decode"),
     (["bench", "--size-mib", "1.5"], "--size-mib: '1.5' is not a whole number"),
-    (["help", "nope"], "'gcz help' takes one command"),
+    (["help", "nope"], "unknown command 'nope' (commands: encode, eval, decode, info, verify, bench"),
+    (["help", "eval", "encode"], "'gcz help' takes one command (commands: encode,"),
+    (["eval", "x.bin", "--dtype", "float", "--shape", "4"], "'float' is float32 in C but float64 in numpy"),
     (["eval", "x.npy", "--seed", ""], "--seed: '' is not a whole number"),
     (["eval", "x.bin", "--dtype", "f32", "--shape", "4,"], "--shape '4,': expected comma-separated sizes"),
     (["encode", "x.npy", "-o", "x.gcz", "--meta", "=v"], "--meta '=v': expected KEY=VALUE"),
@@ -1725,6 +1827,8 @@ def test_help_command_prints_what_help_options_print():
     for command in ([], ["encode"], ["bench"]):
         r = gcz("help", *command, check=True)
         assert r.stdout == gcz(*command, "--help", check=True).stdout and r.stderr == "", command
+    for asked in ("--help", "-h"):
+        assert gcz("help", asked, check=True).stdout == gcz("--help", check=True).stdout
     assert gcz("-V", check=True).stdout == gcz("--version", check=True).stdout
 
 
@@ -1971,7 +2075,8 @@ def test_eval_steps_warn_of_a_tensor_whose_shape_changed(tmp_path):
     assert r.stderr.splitlines() == [
         "gcz: warning: s1.npz: tensor 'w': shape [32, 8], [64, 8] before: its sum_rel_l2 starts again"], r.stderr
     r = gcz("eval", "--steps", "s0.npz", "s1.npz", "--ef", cwd=tmp_path)
-    assert r.returncode == EXIT_USAGE and "holds a residual of shape [64, 8]" in error_line(r), r.stderr
+    assert r.returncode == EXIT_USAGE and r.stdout == "", r
+    assert "s1.npz: tensor 'w': shape [32, 8] (float32), but [64, 8] (float32) in s0.npz" in error_line(r), r.stderr
 
 
 def test_eval_steps_count_a_rule_used_by_any_step(tmp_path):

@@ -444,6 +444,8 @@ TEST(ErrorFeedback, StepFileAndStateArePutInPlaceTogether) {
   EXPECT_EQ(refused.status().code(), StatusCode::kIoError);
   EXPECT_NE(refused.status().message().find(state + ": created by another process"), std::string::npos)
       << refused.status().message();
+  EXPECT_NE(refused.status().message().find("; " + out + " was not written either"), std::string::npos)
+      << refused.status().message();
   EXPECT_EQ(file_bytes(state), before);
   EXPECT_EQ(file_bytes(out), "an older output");
   EXPECT_EQ(listing(), (std::vector<std::string>{"ef.gcz", "out.gcz", "step_0.safetensors"}));  // no temporary

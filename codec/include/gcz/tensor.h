@@ -21,7 +21,8 @@ enum class DType : uint8_t { kFloat16, kBFloat16, kFloat32, kFloat64 };
 
 // Canonical names used in the .gcz index: "float16", "bfloat16", "float32", "float64".
 std::string_view dtype_name(DType dtype);
-// Accepts the canonical names and the short forms f16 bf16 f32 f64 (also fp16 fp32 fp64 half float double).
+// Accepts the canonical names and the short forms f16 bf16 f32 f64 (also fp16 fp32 fp64 half double; not
+// "float", which is float32 in C and float64 in numpy).
 std::optional<DType> parse_dtype(std::string_view name);
 constexpr std::size_t dtype_size(DType dtype) {
   return dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gcz/codec.h"
@@ -68,6 +69,11 @@ class ErrorFeedback {
   // the baseline that error feedback is compared against.
   void set_feedback(bool on) { feedback_ = on; }
   bool feedback() const { return feedback_; }
+
+  // With feedback on, checks before any step runs that every tensor of `steps` (each step's file and
+  // its tensors, in order) keeps the shape and working dtype of its residual in the state and in the
+  // steps before it: what encoding the steps in turn would find only at the step that changes one.
+  Status check_steps(const std::vector<std::pair<std::string, std::vector<TensorInfo>>>& steps) const;
 
   const Entry* find(const std::string& name) const;
   Entry* find(const std::string& name);
