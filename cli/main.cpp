@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -120,9 +121,13 @@ std::string usage_message(CLI::App& app, int argc, char** argv, const CLI::Parse
   }
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {  // CLI11 lists them last first
     const std::vector<std::string> extra = command->remaining();
+    const bool output = std::any_of(extra.begin(), extra.end(), [](const std::string& a) {
+      return a.rfind("-o", 0) == 0 || a.rfind("--output", 0) == 0;
+    });
     return (extra.size() == 1 ? "unexpected argument '" + extra[0] + "'"
                               : "unexpected arguments '" + joined(extra, " ") + "'") +
-           " for gcz" + (command == &app ? "" : " " + command->get_name());
+           " for gcz" + (command == &app ? "" : " " + command->get_name()) +
+           (output && command->get_name() == "eval" ? " (eval writes nothing: gcz encode -o FILE writes a .gcz)" : "");
   }
   return what;
 }

@@ -1673,6 +1673,8 @@ def test_a_rule_that_chose_one_tensor_is_not_said_to_have_chosen_none(tmp_path):
     (["help", "nope"], "unknown command 'nope' (commands: encode, eval, decode, info, verify, bench"),
     (["help", "eval", "encode"], "'gcz help' takes one command (commands: encode,"),
     (["eval", "x.bin", "--dtype", "float", "--shape", "4"], "'float' is float32 in C but float64 in numpy"),
+    (["eval", "x.npy", "-o", "x.gcz"], "unexpected argument '-o' for gcz eval (eval writes nothing: gcz encode -o"),
+    (["eval", "x.npy", "--output=x.gcz"], "(eval writes nothing: gcz encode -o FILE writes a .gcz)"),
     (["eval", "x.npy", "--seed", ""], "--seed: '' is not a whole number"),
     (["eval", "x.bin", "--dtype", "f32", "--shape", "4,"], "--shape '4,': expected comma-separated sizes"),
     (["encode", "x.npy", "-o", "x.gcz", "--meta", "=v"], "--meta '=v': expected KEY=VALUE"),
