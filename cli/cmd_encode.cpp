@@ -41,11 +41,16 @@ RunFn add_encode_command(CLI::App& app) {
       "  gcz encode step_100.safetensors -o step_100.gcz                      # fp16, the default\n"
       "  gcz encode grads/ -o grads.gcz -c bf16+zstd:level=5 --rule '*.bias=none' --min-numel 1024\n"
       "  gcz encode step_101.safetensors -o s101.gcz -c 'topk:ratio=0.01' --ef-state ef.gcz\n"
+      "  gcz encode step_102.safetensors -o s102.gcz --adapt fp16 --adapt 'qsgd:bits=4' --budget 64MiB --ef-state "
+      "ef.gcz\n"
       "  gcz encode dump.bin --dtype f32 --shape 4096,4096 -o dump.gcz --json\n" +
       std::string(kCodecParametersHelp));
   return [a, ef_codec]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
+    auto budgets = budgets_for(a->encode, 1);
+    if (!budgets) return report_error(budgets.status());
+    if (!budgets->empty()) options->budget = budgets->front();
     auto view = parse_report_view(a->encode.sort, a->encode.top, /*steps=*/false);
     if (!view) return report_error(view.status());
     if (Status s = check_encode_outputs(a->encode.inputs, a->output, a->ef_state, a->ef_codec); !s) {

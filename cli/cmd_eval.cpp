@@ -39,11 +39,16 @@ RunFn add_eval_command(CLI::App& app) {
       "Examples:\n"
       "  gcz eval grads.safetensors -c fp16\n"
       "  gcz eval grads.safetensors -c bf16 --rule 'embed.*=fp16' --csv > bf16.csv\n"
-      "  gcz eval --steps step_000?.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close\n" +
+      "  gcz eval --steps step_000?.safetensors -c 'topk:ratio=0.01' --ef     # watch the gap close\n"
+      "  gcz eval --steps step_000?.safetensors --adapt fp16 --adapt 'topk:ratio=0.01' --budget 1MiB,64KiB,1MiB "
+      "--ef\n" +
       std::string(kCodecParametersHelp));
   return [a]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
+    auto budgets = budgets_for(a->encode, a->steps ? a->encode.inputs.size() : 1);
+    if (!budgets) return report_error(budgets.status());
+    if (!budgets->empty()) options->budget = budgets->front();
     auto view = parse_report_view(a->encode.sort, a->encode.top, a->steps);
     if (!view) return report_error(view.status());
     if ((a->ef || !a->ef_state.empty()) && !a->steps) {
@@ -96,6 +101,7 @@ RunFn add_eval_command(CLI::App& app) {
       progress.set_verb("evaluating step " + std::to_string(steps.size() + 1) + "/" +
                         std::to_string(a->encode.inputs.size()) + ":");
       const uint64_t step = ef.steps();  // the state's count, as a chain of encode --ef-state runs numbers it
+      if (!budgets->empty()) options->budget = (*budgets)[steps.size()];
       auto report = encode_files({input}, "", *options);
       progress.clear();
       if (!report) return report_error(report.status());

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <utility>
 
 #include "gcz/codec.h"
@@ -252,10 +253,19 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
                  "Gradient dumps: .npy .npz .safetensors .h5/.hdf5, raw .bin/.raw (with --dtype and --shape), "
                  "directories of them, or a sharded checkpoint's NAME.safetensors.index.json")
       ->required();
-  app.add_option("-c,--codec", a.spec,
-                 "Codec spec for every tensor: CODEC[:k=v,...][+zstd[:level=N]]. Codecs: " + codecs +
-                     ". Example: -c bf16+zstd")
-      ->capture_default_str();
+  CLI::Option* codec =
+      app.add_option("-c,--codec", a.spec,
+                     "Codec spec for every tensor: CODEC[:k=v,...][+zstd[:level=N]]. Codecs: " + codecs +
+                         ". Example: -c bf16+zstd")
+          ->capture_default_str();
+  app.add_option("--adapt", a.levels,
+                 "Adaptive compression, instead of -c: a codec spec per level, lightest first; repeatable. Each "
+                 "step is encoded at the lightest level whose .gcz fits --budget (the strongest when none does). "
+                 "Example: --adapt fp16 --adapt 'qsgd:bits=4' --adapt 'topk:ratio=0.01' --budget 1MiB")
+      ->allow_extra_args(false);  // one SPEC each time: an input after it stays an input
+  app.add_option("--budget", a.budget,
+                 "With --adapt: the most bytes a step's .gcz may take: bytes, or with KiB MiB GiB (also K M G) or "
+                 "kB MB GB; with eval --steps one per step, comma-separated, or one for all. Example: --budget 2MiB");
   app.add_option("--rule", a.rules,
                  "Per-tensor override GLOB=SPEC, first match wins; repeatable. GLOB matches the whole name, '*' "
                  "also matches '/'; --min-numel comes first. Example: --rule '*.bias=none' --rule '*embed.*=bf16'")
@@ -287,7 +297,8 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
   CLI::Option* json = app.add_flag("--json")->description("Same as --report json");
   CLI::Option* csv = app.add_flag("--csv")->description("Same as --report csv");
   // CLI11 runs no option's callback in the order typed: the format is settled once parsing is done.
-  app.parse_complete_callback([&app, &a, report, json, csv] {
+  app.parse_complete_callback([&app, &a, report, json, csv, codec] {
+    a.spec_given = codec->count() > 0;
     const auto& order = app.parse_order();
     const auto last = std::find_if(order.rbegin(), order.rend(),
                                    [&](const CLI::Option* o) { return o == report || o == json || o == csv; });
@@ -330,9 +341,62 @@ void note_unused_raw_options(const std::string& dtype, const std::string& shape,
                ".safetensors and .h5 files are read as what they are)\n");
 }
 
+namespace {
+
+// A size in bytes: digits, then nothing or B, a binary multiple (K, KiB, M, MiB, G, GiB) or a decimal
+// one (kB, KB, MB, GB).
+Result<uint64_t> parse_size(const std::string& text) {
+  const std::size_t digits = text.find_first_not_of("0123456789");
+  const std::string number = text.substr(0, digits), unit = digits == std::string::npos ? "" : text.substr(digits);
+  static const std::map<std::string, uint64_t> kUnits = {{"", 1},           {"B", 1},
+                                                         {"K", 1ull << 10}, {"KiB", 1ull << 10},
+                                                         {"M", 1ull << 20}, {"MiB", 1ull << 20},
+                                                         {"G", 1ull << 30}, {"GiB", 1ull << 30},
+                                                         {"kB", 1000},      {"KB", 1000},
+                                                         {"MB", 1000000},   {"GB", 1000000000}};
+  const auto u = kUnits.find(unit);
+  if (number.empty() || number.size() > 19 || u == kUnits.end()) {
+    return invalid_argument("--budget: '" + text + "' is not a size (bytes, or e.g. 512KiB, 2MiB, 1GB)");
+  }
+  const auto bytes = checked_mul(std::stoull(number), u->second);
+  if (!bytes || *bytes == 0) return invalid_argument("--budget: '" + text + "' is not a size above 0 bytes");
+  return *bytes;
+}
+
+}  // namespace
+
+Result<std::vector<uint64_t>> budgets_for(const EncodeArgs& a, std::size_t steps) {
+  if (a.levels.empty()) return std::vector<uint64_t>{};
+  std::vector<uint64_t> sizes;
+  for (std::size_t pos = 0; pos <= a.budget.size();) {
+    const std::size_t comma = std::min(a.budget.find(',', pos), a.budget.size());
+    GCZ_ASSIGN_OR_RETURN(uint64_t bytes, parse_size(a.budget.substr(pos, comma - pos)));
+    sizes.push_back(bytes);
+    pos = comma + 1;
+  }
+  if (sizes.size() == 1) return std::vector<uint64_t>(steps, sizes[0]);
+  if (steps == 1) {
+    return invalid_argument("--budget '" + a.budget +
+                            "': one size here (a list, a size per step, is for eval --steps)");
+  }
+  if (sizes.size() != steps) {
+    return invalid_argument("--budget '" + a.budget + "': " + std::to_string(sizes.size()) + " sizes for " +
+                            std::to_string(steps) + " steps; give one per step, or one for all");
+  }
+  return sizes;
+}
+
 Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
   EncodeOptions o;
   o.spec = a.spec;
+  if (!a.levels.empty() && a.spec_given) {
+    return invalid_argument("-c and --adapt are both given: with --adapt, each step's codec is one of its levels");
+  }
+  if (a.levels.empty() != a.budget.empty()) {
+    return invalid_argument(a.levels.empty() ? "--budget is given without --adapt: the levels to choose from"
+                                             : "--adapt is given without --budget: the bytes a step's .gcz may take");
+  }
+  o.levels = a.levels;
   for (const std::string& r : a.rules) {
     GCZ_ASSIGN_OR_RETURN(CodecRule rule, parse_codec_rule(r));
     o.rules.push_back(std::move(rule));

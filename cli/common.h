@@ -85,6 +85,9 @@ struct EncodeArgs {
   std::string sort;  // --sort KEY[:asc|:desc]
   uint64_t top = 0;  // --top N (0: every tensor)
   bool quiet = false;
+  bool spec_given = false;          // -c was on the command line
+  std::vector<std::string> levels;  // --adapt, lightest first
+  std::string budget;               // --budget SIZE[,SIZE...]
 };
 
 void add_encode_options(CLI::App& app, EncodeArgs& args);
@@ -93,8 +96,12 @@ void add_encode_options(CLI::App& app, EncodeArgs& args);
 CLI::Validator whole_number(uint64_t most = UINT64_MAX);
 // Each codec's parameters with their defaults, for the help of the commands that take -c.
 extern const char* const kCodecParametersHelp;
-// Turns parsed arguments into library options (checking dtype/shape/rules/device/meta).
+// Turns parsed arguments into library options (checking dtype/shape/rules/device/meta, and that -c,
+// --adapt and --budget go together as they must). The budget is budgets_for()'s.
 Result<EncodeOptions> to_encode_options(const EncodeArgs& args);
+// With --adapt, the budget of each of `steps` steps, in bytes: --budget's sizes (2MiB, 500KB, 1048576),
+// one per step or one for all; empty without --adapt.
+Result<std::vector<uint64_t>> budgets_for(const EncodeArgs& args, std::size_t steps);
 // --dtype and --shape, for raw binary input.
 void add_raw_input_options(CLI::App& app, std::string& dtype, std::string& shape);
 // Their values as ReadOptions; both or neither.

@@ -179,11 +179,38 @@ json report_json(const EncodeReport& report, const ReportView& view) {
   }
   json total = metrics_json(report.total);
   if (report.cumulative) total["sum_rel_l2"] = num(report.cumulative->rel_l2());
-  return {{"backend", backend_name(report.backend)},
-          {"seed", report.seed},
-          {"tensors", tensors},
-          {"total", total},
-          {"skipped", skipped}};
+  json out = {{"backend", backend_name(report.backend)},
+              {"seed", report.seed},
+              {"tensors", tensors},
+              {"total", total},
+              {"skipped", skipped}};
+  if (const auto& a = report.adaptive) {
+    json tried = json::array();
+    for (std::size_t i = 0; i < a->bytes.size(); ++i)
+      tried.push_back({{"codec", a->levels[i]}, {"bytes", a->bytes[i]}});
+    out["adaptive"] = {{"budget", a->budget},
+                       {"level", a->level},
+                       {"codec", a->levels[a->level]},
+                       {"fits", a->fits},
+                       {"tried", tried}};
+  }
+  return out;
+}
+
+// "adaptive: budget 1.0 MiB (1048576 bytes): level 2 of 3, 'qsgd:bits=4', 998.1 KiB; over it: 'fp16'
+// 2.1 MiB": the table's line for a step encoded by adaptive compression.
+std::string adaptive_line(const AdaptiveChoice& a) {
+  std::string line = "adaptive: budget " + human_bytes(a.budget) + " (" + std::to_string(a.budget) + " bytes): level " +
+                     std::to_string(a.level + 1) + " of " + std::to_string(a.levels.size()) + ", '" +
+                     printable(a.levels[a.level]) + "', " + human_bytes(a.bytes[a.level]);
+  std::string over;
+  for (std::size_t i = 0; i < a.bytes.size(); ++i) {
+    if (a.bytes[i] > a.budget && i != a.level)
+      over += (over.empty() ? "" : ", ") + ("'" + printable(a.levels[i]) + "' " + human_bytes(a.bytes[i]));
+  }
+  if (!over.empty()) line += "; over it: " + over;
+  if (!a.fits) line += " (no level fits: the strongest is used)";
+  return line;
 }
 
 }  // namespace
@@ -246,6 +273,7 @@ void print_report(std::FILE* out, const EncodeReport& report, const std::string&
     print_csv(out, rows_of(report, view));
   } else {
     print_table(out, rows_of(report, view));
+    if (report.adaptive) std::fprintf(out, "\n%s\n", adaptive_line(*report.adaptive).c_str());
   }
 }
 
@@ -274,19 +302,31 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
     const EncodeReport& r = steps[k].report;
     std::fprintf(out, "== step %llu: %s (%zu of %zu)\n", static_cast<unsigned long long>(steps[k].step),
                  printable(steps[k].file).c_str(), k + 1, steps.size());
+    if (r.adaptive) std::fprintf(out, "%s\n", adaptive_line(*r.adaptive).c_str());
     print_table(out, rows_of(r, view));
     std::fprintf(out, "\n");
     summary.push_back({std::to_string(steps[k].step), printable(steps[k].file), fmt("%.2f", r.total.ratio),
                        fmt("%.3e", r.total.rel_l2), fmt("%.6f", r.total.cosine), fmt("%.4f", r.total.norm_ratio),
                        r.cumulative ? fmt("%.3e", r.cumulative->rel_l2()) : std::string("-")});
+    // With adaptive compression, the level each step took, after its file.
+    if (r.adaptive) summary.back().insert(summary.back().begin() + 2, printable(r.adaptive->levels[r.adaptive->level]));
   }
+  const bool adaptive = !steps.empty() && steps[0].report.adaptive;
+  if (adaptive) summary[0].insert(summary[0].begin() + 2, "adapt");
   std::fprintf(out, "== summary (error feedback %s; sum_rel_l2 = ||sum of decoded - sum of true|| / ||sum of true||)\n",
                feedback ? "on" : "off");
-  print_columns(out, summary, 2);
+  print_columns(out, summary, adaptive ? 3 : 2);
 }
 
 void print_warnings(const EncodeReport& report, bool rules, const std::string& step) {
   const std::string at = step.empty() ? std::string() : printable(step) + ": ";
+  if (report.adaptive && !report.adaptive->fits) {
+    const AdaptiveChoice& a = *report.adaptive;
+    std::fprintf(stderr,
+                 "gcz: warning: %sno --adapt level fits the budget of %llu bytes: the strongest, '%s', takes %llu\n",
+                 at.c_str(), static_cast<unsigned long long>(a.budget), printable(a.levels[a.level]).c_str(),
+                 static_cast<unsigned long long>(a.bytes[a.level]));
+  }
   // A codec that shrinks every tensor (Top-K at 1%) would name them all: the first few are named,
   // the rest counted; a step of eval --steps gets one line, naming the lowest.
   const std::size_t most_named = step.empty() ? 5 : 0;

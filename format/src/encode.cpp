@@ -102,6 +102,42 @@ Status check_state_matches(const ErrorFeedback& ef, const std::string& path,
                           "step_1/grad.npy, step_2/grad.npy)");
 }
 
+// Adaptive compression: the levels tried in turn, lightest first, each as the step would be written
+// (a copy of the error-feedback state taking the step), until one fits the budget; the step is then
+// encoded with it. A try draws the numbers the step draws, so the step's file has the bytes tried.
+Result<EncodeReport> encode_adaptive(const std::vector<std::string>& inputs, const std::string& output,
+                                     const EncodeOptions& options) {
+  for (const std::string& level : options.levels) {
+    GCZ_RETURN_IF_ERROR(check_encoding_plan(level).status().with_context("--adapt '" + level + "'"));
+  }
+  for (const std::string& input : inputs) GCZ_RETURN_IF_ERROR(check_not_an_input(output, input));  // before the tries
+  AdaptiveChoice choice{options.budget, options.levels, options.levels.size() - 1, false, {}};
+  EncodeOptions o = options;
+  o.levels.clear();
+  for (std::size_t i = 0; i < options.levels.size(); ++i) {
+    o.spec = options.levels[i];
+    std::optional<ErrorFeedback> trial;
+    if (options.error_feedback) o.error_feedback = &trial.emplace(options.error_feedback->trial_copy());
+    GCZ_ASSIGN_OR_RETURN(EncodeReport tried, encode_files(inputs, "", o));
+    choice.bytes.push_back(tried.total.bytes_out);
+    const bool last = i + 1 == options.levels.size();
+    if (tried.total.bytes_out > options.budget && !last) continue;
+    choice.level = i;
+    choice.fits = tried.total.bytes_out <= options.budget;
+    if (output.empty() && !options.error_feedback) {  // measured only, and nothing to carry: that was the step
+      tried.adaptive = std::move(choice);
+      return tried;
+    }
+    break;
+  }
+  o = options;
+  o.levels.clear();
+  o.spec = options.levels[choice.level];
+  GCZ_ASSIGN_OR_RETURN(EncodeReport report, encode_files(inputs, output, o));
+  report.adaptive = std::move(choice);
+  return report;
+}
+
 }  // namespace
 
 Result<CodecRule> parse_codec_rule(const std::string& text) {
@@ -118,6 +154,7 @@ Result<CodecRule> parse_codec_rule(const std::string& text) {
 Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const std::string& output,
                                   const EncodeOptions& options) {
   if (inputs.empty()) return invalid_argument("no input files");
+  if (!options.levels.empty()) return encode_adaptive(inputs, output, options);
   if (options.threads > kMaxThreads) {
     return invalid_argument("threads must be 0.." + std::to_string(kMaxThreads) + ", got " +
                             std::to_string(options.threads));

@@ -163,6 +163,16 @@ Result<std::unique_ptr<GczWriter>> ErrorFeedback::write(const std::string& path,
   return writer;
 }
 
+ErrorFeedback ErrorFeedback::trial_copy() const {
+  ErrorFeedback copy;
+  for (const auto& [name, e] : entries_) copy.entries_[name] = Entry{e.dtype, e.shape, e.residual, e.state, {}, {}};
+  copy.feedback_ = feedback_;
+  copy.steps_ = steps_;
+  copy.file_path_ = file_path_;
+  copy.file_version_ = file_version_;
+  return copy;
+}
+
 Status ErrorFeedback::check_steps(const std::vector<std::pair<std::string, std::vector<TensorInfo>>>& steps) const {
   if (!feedback_) return Status::ok();
   struct Held {

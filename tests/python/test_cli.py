@@ -2359,3 +2359,102 @@ def test_the_state_lists_a_residual_for_an_empty_tensor(tmp_path):
         check=True)
     info = json.loads(gcz("info", state, "--json", check=True).stdout)
     assert {(t["name"], tuple(t["shape"])) for t in info["tensors"]} == {("residual/w", (4,)), ("residual/z", (0, 3))}
+
+
+# ------------------------------------------------------------------------------------------------
+# Adaptive compression (docs/CLI.md): --adapt levels, lightest first, and a --budget of bytes
+
+LEVELS = ["fp16", "qsgd:bits=4", "topk:ratio=0.01"]
+ADAPT = [a for level in LEVELS for a in ("--adapt", level)]
+
+
+@needs_samples
+def test_adaptive_compression_takes_the_lightest_level_that_fits():
+    alone = [json.loads(gcz("eval", SAMPLE, "-c", level, "--json", check=True).stdout) for level in LEVELS]
+    sizes = [rep["total"]["bytes_out"] for rep in alone]
+    assert sizes == sorted(sizes, reverse=True), sizes
+    for budget, level in ((sizes[0], 0), (sizes[0] - 1, 1), (sizes[1] + 1, 1), (sizes[2], 2), (sizes[1] - 1, 2)):
+        r = gcz("eval", SAMPLE, *ADAPT, "--budget", str(budget), "--json", check=True)
+        rep = json.loads(r.stdout)
+        assert rep["adaptive"] == {"budget": budget, "level": level, "codec": LEVELS[level], "fits": True,
+                                   "tried": [{"codec": c, "bytes": b} for c, b in zip(LEVELS, sizes[:level + 1])]}
+        assert rep["total"]["bytes_out"] == sizes[level] and "warning: no --adapt level" not in r.stderr
+        assert rep["tensors"] == alone[level]["tensors"]  # the same codecs, bytes and errors
+    # Nothing fits: the strongest, and a warning.
+    r = gcz("eval", SAMPLE, *ADAPT, "--budget", "1KiB", "--json", check=True)
+    rep = json.loads(r.stdout)
+    assert (rep["adaptive"]["level"], rep["adaptive"]["fits"]) == (2, False), rep["adaptive"]
+    assert [t["bytes"] for t in rep["adaptive"]["tried"]] == sizes
+    assert (f"gcz: warning: no --adapt level fits the budget of 1024 bytes: the strongest, 'topk:ratio=0.01', "
+            f"takes {sizes[2]}") in r.stderr, r.stderr
+    table = gcz("eval", SAMPLE, *ADAPT, "--budget", "200KiB", check=True).stdout
+    assert (f"adaptive: budget 200.0 KiB (204800 bytes): level 2 of 3, 'qsgd:bits=4', ") in table, table
+    assert "; over it: 'fp16' " in table, table
+
+
+@needs_samples
+def test_adaptive_encode_writes_the_level_it_tried_and_carries_the_state_as_that_level_would(tmp_path):
+    """The levels are tried on a copy of the state: the file and the state are byte for byte those of
+    encoding the step with the chosen level directly, and the file fits the budget."""
+    step1 = SAMPLES / "step_0001.safetensors"
+    gcz("encode", SAMPLE, "-o", tmp_path / "s0.gcz", "-c", "topk", "--ef-state", tmp_path / "a.gcz", "-q",
+        check=True)
+    shutil.copy(tmp_path / "a.gcz", tmp_path / "b.gcz")
+    r = gcz("encode", step1, "-o", tmp_path / "adaptive.gcz", *ADAPT, "--budget", "200KiB", "--ef-state",
+            tmp_path / "a.gcz", "--json", check=True)
+    assert json.loads(r.stdout)["adaptive"]["codec"] == "qsgd:bits=4"
+    gcz("encode", step1, "-o", tmp_path / "direct.gcz", "-c", "qsgd:bits=4", "--ef-state", tmp_path / "b.gcz", "-q",
+        check=True)
+    assert (tmp_path / "adaptive.gcz").read_bytes() == (tmp_path / "direct.gcz").read_bytes()
+    assert (tmp_path / "a.gcz").read_bytes() == (tmp_path / "b.gcz").read_bytes()
+    assert (tmp_path / "adaptive.gcz").stat().st_size <= 200 * 1024
+
+
+@needs_samples
+def test_adaptive_steps_take_a_budget_each_and_error_feedback_carries_what_a_strong_step_dropped():
+    steps = [SAMPLES / f"step_000{k}.safetensors" for k in range(3)]
+    args = ["eval", "--steps", *steps, *ADAPT, "--budget", "600KiB,40KiB,600KiB"]
+    runs = {ef: json.loads(gcz(*args, *(["--ef"] if ef else []), "--json", check=True).stdout) for ef in (False, True)}
+    for rep in runs.values():
+        assert [s["adaptive"]["codec"] for s in rep["steps"]] == ["fp16", "topk:ratio=0.01", "fp16"], rep["steps"]
+        assert [s["adaptive"]["budget"] for s in rep["steps"]] == [600 * 1024, 40 * 1024, 600 * 1024]
+    drift = {ef: rep["steps"][-1]["total"]["sum_rel_l2"] for ef, rep in runs.items()}
+    assert drift[True] < 1e-3 < 0.1 < drift[False], drift
+    summary = gcz(*args, "--ef", check=True).stdout.split("== summary")[1].splitlines()
+    assert summary[1].split()[:3] == ["step", "file", "adapt"], summary
+    assert [ln.split()[2] for ln in summary[2:]] == ["fp16", "topk:ratio=0.01", "fp16"], summary
+    # One budget for every step.
+    rep = json.loads(gcz("eval", "--steps", *steps, *ADAPT, "--budget", "40KiB", "--json", check=True).stdout)
+    assert [s["adaptive"]["level"] for s in rep["steps"]] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-c", "fp16", "--adapt", "fp16", "--budget", "1MiB"], "-c and --adapt are both given"),
+    (["--adapt", "fp16"], "--adapt is given without --budget"),
+    (["--budget", "1MiB"], "--budget is given without --adapt"),
+    (["--adapt", "fp16", "--budget", "1.5MiB"], "--budget: '1.5MiB' is not a size"),
+    (["--adapt", "fp16", "--budget", "12XB"], "--budget: '12XB' is not a size"),
+    (["--adapt", "fp16", "--budget", "0"], "--budget: '0' is not a size above 0 bytes"),
+    (["--adapt", "fp16", "--budget", "99999999999GiB"], "--budget: '99999999999GiB' is not a size above 0"),
+    (["--adapt", "fp16", "--budget", "1MiB,2MiB"], "one size here (a list, a size per step, is for eval --steps)"),
+    (["--adapt", "fp16", "--adapt", "qsgd:bits=9", "--budget", "1MiB"], "--adapt 'qsgd:bits=9'"),
+    (["--steps", "x.npy", "x2.npy", "--adapt", "fp16", "--budget", "1K,2K,3K"], "3 sizes for 2 steps"),
+    (["--steps", "x.npy", "x2.npy", "--adapt", "fp16", "--budget", "1K,"], "--budget: '' is not a size"),
+])
+def test_adaptive_compression_mistakes_are_usage_errors(args, words, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    np.save(tmp_path / "x2.npy", np.ones(4, np.float32))
+    inputs = [] if "--steps" in args else ["x.npy"]
+    r = gcz("eval", *inputs, *args, cwd=tmp_path)
+    assert r.returncode == EXIT_USAGE and r.stdout == "", r
+    assert words in error_line(r), r.stderr
+
+
+def test_budget_sizes_are_bytes_binary_or_decimal_multiples(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    for text, value in (("5000", 5000), ("7B", 7), ("3K", 3 << 10), ("3KiB", 3 << 10), ("2M", 2 << 20),
+                        ("2MiB", 2 << 20), ("1G", 1 << 30), ("1GiB", 1 << 30), ("3kB", 3000), ("3KB", 3000),
+                        ("2MB", 2000000), ("1GB", 10 ** 9)):
+        rep = json.loads(gcz("eval", "x.npy", "--adapt", "fp16", "--budget", text, "--json", cwd=tmp_path,
+                             check=True).stdout)
+        assert rep["adaptive"]["budget"] == value, text

@@ -1,8 +1,5 @@
 // encode_files / decode_file end to end through real files: codec x dtype x shape round trips,
 // determinism, chunking, rules, and the no-partial-output guarantee.
-#include "scratch_dir.h"
-#include "gcz/pipeline.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,11 +8,14 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "gcz/codec.h"
 #include "gcz/container.h"
 #include "gcz/convert.h"
 #include "gcz/detail/cast_codec.h"
+#include "gcz/pipeline.h"
+#include "scratch_dir.h"
 
 namespace gcz {
 namespace {
@@ -201,6 +201,44 @@ TEST(Pipeline, EvalMeasuresTheSameBytesItWouldWrite) {
   EXPECT_EQ(eval->total.bytes_out, enc->total.bytes_out);
   EXPECT_EQ(eval->total.rel_l2, enc->total.rel_l2);
   EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 2);  // in + w.gcz
+}
+
+// Adaptive compression through the API: the levels' files measured in turn, the first that fits the
+// budget encoding the step (rules applied on top), the last where none does; a bad level fails first.
+TEST(Pipeline, AdaptiveLevelsAreTriedLightestFirstUntilOneFits) {
+  const fs::path d = temp_dir("adaptive");
+  std::vector<ByteBuffer> values;
+  write_inputs(d / "in.safetensors", {{"w", DType::kFloat32, {64, 64}}, {"b", DType::kFloat32, {64}}}, values);
+  const std::vector<std::string> in = {(d / "in.safetensors").string()};
+  EncodeOptions o;
+  o.rules = {*parse_codec_rule("b=none")};
+  std::vector<uint64_t> bytes;
+  for (const char* spec : {"fp32", "fp16", "qsgd:bits=2"}) {
+    o.spec = spec;
+    auto r = encode_files(in, "", o);
+    ASSERT_TRUE(r) << r.status().message();
+    bytes.push_back(r->total.bytes_out);
+  }
+  o.levels = {"fp32", "fp16", "qsgd:bits=2"};
+  for (const auto& [budget, level, fits] : {std::tuple{bytes[0], 0u, true}, std::tuple{bytes[0] - 1, 1u, true},
+                                            std::tuple{bytes[2], 2u, true}, std::tuple{bytes[2] - 1, 2u, false}}) {
+    o.budget = budget;
+    const fs::path out = d / ("level" + std::to_string(budget) + ".gcz");
+    auto r = encode_files(in, out.string(), o);
+    ASSERT_TRUE(r) << r.status().message();
+    ASSERT_TRUE(r->adaptive);
+    EXPECT_EQ(r->adaptive->level, level) << budget;
+    EXPECT_EQ(r->adaptive->fits, fits) << budget;
+    EXPECT_EQ(r->adaptive->bytes, std::vector<uint64_t>(bytes.begin(), bytes.begin() + level + 1)) << budget;
+    EXPECT_EQ(fs::file_size(out), bytes[level]);
+    EXPECT_EQ(r->tensors[0].codec.rfind(o.levels[level], 0), 0u) << r->tensors[0].codec;
+    EXPECT_EQ(r->tensors[1].codec, "none");
+  }
+  o.levels = {"fp16", "qsgd:bits=9"};
+  auto bad = encode_files(in, (d / "bad.gcz").string(), o);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("--adapt 'qsgd:bits=9'"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(fs::exists(d / "bad.gcz"));
 }
 
 TEST(Pipeline, RulesAndMinNumelChooseCodecs) {

@@ -75,6 +75,10 @@ class ErrorFeedback {
   // steps before it: what encoding the steps in turn would find only at the step that changes one.
   Status check_steps(const std::vector<std::pair<std::string, std::vector<TensorInfo>>>& steps) const;
 
+  // A copy to try a step on (adaptive compression): the residuals, codec states and step count, but no
+  // running sums, and none tracked.
+  ErrorFeedback trial_copy() const;
+
   const Entry* find(const std::string& name) const;
   Entry* find(const std::string& name);
   void put(const std::string& name, Entry entry) { entries_[name] = std::move(entry); }

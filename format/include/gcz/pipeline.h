@@ -85,6 +85,12 @@ struct EncodeOptions {
   // leaves both or neither.
   std::string ef_state_path;
   std::string ef_codec = "none";
+  // Adaptive compression (docs/CLI.md): with `levels`, codec specs from the lightest to the strongest,
+  // `spec` is not used: the step is encoded with the first level whose file (rules and min_numel
+  // applied, as it would be written) takes at most `budget` bytes, or with the last when none does.
+  // Each level is tried on a copy of the error-feedback state; EncodeReport::adaptive says which won.
+  std::vector<std::string> levels;
+  uint64_t budget = 0;
   // With error_feedback: refuse (kInvalidArgument, before any output) inputs none of whose tensors the
   // state holds a residual for, when it holds any: another model's state, or tensors renamed.
   bool refuse_foreign_state = false;
@@ -120,6 +126,15 @@ struct RuleUse {
   bool applied = false;
 };
 
+// Which level of EncodeOptions::levels encoded a step, and what the levels tried before it took.
+struct AdaptiveChoice {
+  uint64_t budget = 0;
+  std::vector<std::string> levels;  // as given, lightest first
+  std::size_t level = 0;            // the one that encoded the step
+  bool fits = false;                // false: no level fits the budget, and the last encoded the step
+  std::vector<uint64_t> bytes;      // the file's bytes at each level tried, levels[0] first
+};
+
 struct EncodeReport {
   std::vector<TensorReport> tensors;
   std::vector<SkippedTensor> skipped;
@@ -128,6 +143,7 @@ struct EncodeReport {
   Backend backend = Backend::kCpu;
   uint64_t seed = 0;           // the seed recorded for every tensor (see EncodeOptions)
   std::vector<RuleUse> rules;  // one per EncodeOptions::rules, in order
+  std::optional<AdaptiveChoice> adaptive;  // with EncodeOptions::levels
 };
 
 // Encodes every floating tensor of `inputs` (files or directories) into `output`; with an empty
