@@ -320,8 +320,7 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
 void add_raw_input_options(CLI::App& app, std::string& dtype, std::string& shape) {
   app.add_option("--dtype", dtype,
                  "Element type of raw binary input: f16, bf16, f32, f64 (also float16, bfloat16, float32, float64, "
-                 "fp16, fp32, fp64, "
-                 "half, double). Example: --dtype f32");
+                 "fp16, fp32, fp64, half, double). Example: --dtype f32");
   app.add_option("--shape", shape, "Shape of raw binary input, comma-separated. Example: --shape 4096,1024")
       ->check(CLI::Validator(
           [](std::string& v) { return v.empty() ? "expected comma-separated sizes, e.g. 4096,1024" : std::string(); },
