@@ -433,9 +433,10 @@ Result<ReadOptions> to_read_options(const std::string& dtype, const std::string&
     while (pos <= s.size()) {
       const std::size_t comma = std::min(s.find(',', pos), s.size());
       const std::string part = s.substr(pos, comma - pos);
-      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 15) {
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
         return invalid_argument("--shape '" + s + "': expected comma-separated sizes, e.g. 4096,1024");
       }
+      if (part.size() > 15) return invalid_argument("--shape '" + s + "': a size of more than 15 digits");
       dims.push_back(std::stoull(part));
       pos = comma + 1;
     }

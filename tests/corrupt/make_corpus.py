@@ -346,6 +346,8 @@ def make_gcz_corpus() -> None:
         "seed written as 0e0 (integers have no exponent)")
     add("index-schema-seed-2-64", base(edit=edit_tensor(0, lambda t: set_key(t, "seed", 1 << 64))),
         "seed 2^64, one more than the largest integer")
+    add("index-schema-seed-negative", base(edit=edit_tensor(0, lambda t: set_key(t, "seed", -1))),
+        "seed -1 (not 2^64 - 1)")
     add("index-schema-offset-string",
         base(edit=edit_tensor(0, lambda t: set_key(t["streams"][0], "offset", "64"))), "a stream offset is \"64\"")
     add("index-schema-xxh3-uppercase",

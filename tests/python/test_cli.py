@@ -609,13 +609,20 @@ def test_info_json_shows_the_stored_metrics(tmp_path):
         want = {k: v for k, v in t["metrics"].items() if k != "decoded_nonfinite"}
         assert stored[t["name"]] == want, t["name"]
 
-    def odd(text: bytes) -> bytes:
-        index = json.loads(text)
-        index["tensors"][0]["metrics"] = {"rel_l2": "small"}
-        return json.dumps(index, separators=(",", ":")).encode()
-    with_index(tmp_path / "m.gcz", tmp_path / "odd.gcz", odd)
-    info = json.loads(gcz("info", tmp_path / "odd.gcz", "--json", check=True).stdout)
-    assert "metrics" not in info["tensors"][0] and "metrics" in info["tensors"][1]
+    # Whole but for one field: a string, or a count that is negative or not whole.
+    whole = stored[rep["tensors"][0]["name"]]
+    for bad in ({"rel_l2": "small"}, {**whole, "rel_l2": "small"}, {**whole, "numel": -1},
+                {**whole, "numel": 6.5}, {**whole, "bytes_out": -3}):
+        def odd(text: bytes) -> bytes:
+            index = json.loads(text)
+            index["tensors"][0]["metrics"] = bad
+            return json.dumps(index, separators=(",", ":")).encode()
+        with_index(tmp_path / "m.gcz", tmp_path / "odd.gcz", odd)
+        info = json.loads(gcz("info", tmp_path / "odd.gcz", "--json", check=True).stdout)
+        assert "metrics" not in info["tensors"][0] and "metrics" in info["tensors"][1], bad
+    # The whole object itself is kept.
+    with_index(tmp_path / "m.gcz", tmp_path / "same.gcz", lambda text: text)
+    assert json.loads(gcz("info", tmp_path / "same.gcz", "--json", check=True).stdout)["tensors"][0]["metrics"] == whole
 
 
 @needs_samples
@@ -1086,9 +1093,12 @@ def test_a_table_shortens_names_by_terminal_columns(tmp_path):
     import unicodedata
     wide = lambda text: sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
     np.savez(tmp_path / "w.npz", **{"层" * 30: np.ones(2, np.float32), "权" * 50: np.ones(2, np.float32),
-                                    "x": np.ones(2, np.float32)})
+                                    "x": np.ones(2, np.float32), "a" * 72: np.ones(2, np.float32),
+                                    "b" * 73: np.ones(2, np.float32)})
     lines = gcz("eval", tmp_path / "w.npz", "-c", "fp16", check=True).stdout.splitlines()
     assert any(line.startswith("层" * 30 + " ") for line in lines), lines
+    assert any(line.startswith("a" * 72 + " ") for line in lines), lines  # exactly 72 columns: whole
+    assert any(line.startswith("b" * 23 + "..." + "b" * 46 + " ") for line in lines), lines
     cut = next(line for line in lines if line.startswith("权"))
     name = cut.split("  ")[0]
     assert "..." in name and wide(name) <= 72 and name.endswith("权" * 23), name
@@ -1283,6 +1293,22 @@ def test_the_shards_of_a_sharded_safetensors_checkpoint_are_one_model(tmp_path):
     got = read_safetensors(tmp_path / "out.safetensors")
     for name, a in tensors.items():
         assert np.array_equal(np.frombuffer(got["model/" + name][2], "<f4").reshape(a.shape), a), name
+
+
+def test_a_shard_index_may_take_100_mib_and_not_a_byte_more(tmp_path):
+    """The index is JSON read whole: past 100 MiB it is refused before it is parsed."""
+    tensors = sharded_model(tmp_path / "m")
+    index = tmp_path / "m" / "model.safetensors.index.json"
+    text = index.read_bytes().rstrip()
+    for size, ok in ((100 << 20, True), ((100 << 20) + 1, False)):
+        index.write_bytes(text + b" " * (size - len(text)))
+        r = gcz("eval", index, "-c", "none", "--json")
+        if ok:
+            assert r.returncode == 0, r.stderr
+            assert sorted(t["name"] for t in json.loads(r.stdout)["tensors"]) == sorted(tensors)
+        else:
+            assert r.returncode == EXIT_BAD_INPUT, r
+            assert f"{index}: a shard index of {size} bytes exceeds the 100 MiB limit" in error_line(r), r.stderr
 
 
 @pytest.mark.parametrize("change, rule", [
@@ -1673,6 +1699,9 @@ def test_a_rule_that_chose_one_tensor_is_not_said_to_have_chosen_none(tmp_path):
     (["help", "nope"], "unknown command 'nope' (commands: encode, eval, decode, info, verify, bench"),
     (["help", "eval", "encode"], "'gcz help' takes one command (commands: encode,"),
     (["eval", "x.bin", "--dtype", "float", "--shape", "4"], "'float' is float32 in C but float64 in numpy"),
+    (["eval", "x.bin", "--dtype", "f32", "--shape", "123456789012345,1234567890123456"],
+     "--shape '123456789012345,1234567890123456': a size of more than 15 digits"),
+    (["encode", "x.npy", "-o", "x.gcz", "--meta", "step"], "--meta 'step': expected KEY=VALUE"),
     (["eval", "x.npy", "-o", "x.gcz"], "unexpected argument '-o' for gcz eval (eval writes nothing: gcz encode -o"),
     (["eval", "x.npy", "--output=x.gcz"], "(eval writes nothing: gcz encode -o FILE writes a .gcz)"),
     (["eval", "x.npy", "--seed", ""], "--seed: '' is not a whole number"),
@@ -1999,6 +2028,27 @@ def test_a_tensor_too_large_to_decode_whole_is_refused(tmp_path):
         assert r.returncode == EXIT_UNSUPPORTED, r
         assert "decodes the tensor whole" in error_line(r)
     assert not (tmp_path / "h.npy").exists()
+
+
+def test_a_state_whose_residual_is_too_large_for_memory_is_refused_before_it_is_read(tmp_path):
+    """A state file's residuals are decoded whole when it is loaded: one claiming 2^40 elements (a Top-K
+    residual, whose streams do not grow with the shape) is refused against the memory gcz may use,
+    before an allocation is tried."""
+    np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32))
+    gcz("encode", tmp_path / "v.npy", "-o", tmp_path / "o.gcz", "--ef-state", tmp_path / "ef.gcz",
+        "--ef-codec", "topk:k=1", "-q", check=True)
+
+    def huge(text: bytes) -> bytes:
+        index = json.loads(text)
+        index["tensors"][0]["shape"] = [1 << 40]
+        return json.dumps(index, separators=(",", ":")).encode()
+
+    with_index(tmp_path / "ef.gcz", tmp_path / "huge.gcz", huge)
+    r = gcz("encode", tmp_path / "v.npy", "-o", tmp_path / "o2.gcz", "--ef-state", tmp_path / "huge.gcz")
+    assert r.returncode == EXIT_UNSUPPORTED, r
+    assert f"{tmp_path / 'huge.gcz'}: tensor 'residual/v': 4398046511104 bytes decoded, more than this process " \
+           "may use" in error_line(r), r.stderr
+    assert not (tmp_path / "o2.gcz").exists()
 
 
 @pytest.mark.parametrize("elements, words", [

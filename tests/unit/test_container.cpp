@@ -88,6 +88,15 @@ TEST(Container, StreamsAreAlignedChecksummedAndReadBack) {
   EXPECT_EQ((*r)->find("b"), &t[1]);
   EXPECT_EQ((*r)->find("c"), nullptr);
   EXPECT_TRUE((*r)->verify(nullptr));
+  // Not a byte past a stream's end, in one read or after the last.
+  ByteBuffer more(bb.size() + 1);
+  auto whole = (*r)->open_stream(1, 0);
+  ASSERT_TRUE(whole);
+  EXPECT_EQ((*whole)->read(more.data(), more.size()).code(), StatusCode::kFormatError);
+  auto after = (*r)->open_stream(1, 0);
+  ASSERT_TRUE(after);
+  ASSERT_TRUE((*after)->read(more.data(), bb.size()));
+  EXPECT_EQ((*after)->read(more.data(), 1).code(), StatusCode::kFormatError);
 }
 
 TEST(Container, ZstdIsKeptOnlyWhereItShrinks) {

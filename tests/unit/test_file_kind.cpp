@@ -32,6 +32,9 @@ TEST(FileKind, KnowsEachFormatByItsFirstBytes) {
   EXPECT_EQ(kind_of(zip_starting_with("readme.txt")), FileKind::kZip);
   // A name cut off by the bytes looked at is not taken for a whole one.
   EXPECT_EQ(kind_of(zip_starting_with("archive/data.pkl").substr(0, 40)), FileKind::kZip);
+  // Even where what is there of it reads as one: "data.pkl" or "w.npy" of a longer name.
+  EXPECT_EQ(kind_of(zip_starting_with("data.pkl.orig/more").substr(0, 38)), FileKind::kZip);
+  EXPECT_EQ(kind_of(zip_starting_with("w.npy.bak").substr(0, 35)), FileKind::kZip);
   EXPECT_EQ(kind_of(std::string("PK\x03\x04", 4)), FileKind::kZip);
   for (char protocol : {'\x02', '\x03', '\x04', '\x05'}) {
     EXPECT_EQ(kind_of(std::string("\x80") + protocol + "}q\x00."), FileKind::kPickle) << int(protocol);
