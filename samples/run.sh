@@ -42,3 +42,10 @@ for ef in "" "--ef"; do
     samples/grads/step_0002.safetensors -c topk $ef 2>/dev/null | sed -n '/^== summary/,$p'
   echo
 done
+
+levels=(--adapt fp16 --adapt 'qsgd:bits=4' --adapt 'topk:ratio=0.01')
+echo "== gcz eval --steps samples/grads/step_000{0,1,2}.safetensors --adapt fp16 --adapt 'qsgd:bits=4'" \
+  "--adapt 'topk:ratio=0.01' --budget 600KiB,40KiB,600KiB --ef   (summary: step 1 congested)"
+"$gcz" eval --steps samples/grads/step_0000.safetensors samples/grads/step_0001.safetensors \
+  samples/grads/step_0002.safetensors "${levels[@]}" --budget 600KiB,40KiB,600KiB --ef 2>/dev/null |
+  sed -n '/^== summary/,$p'
