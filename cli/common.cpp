@@ -195,8 +195,9 @@ void ProgressLine::clear() {
 ProgressFn ProgressLine::callback() {
   if (!enabled_) return {};
   return [this](const Progress& p) {
+    const std::string trying = p.level ? "(trying " + table_cell(printable(*p.level), 40) + ") " : "";
     if (p.tensors == 0) {  // still opening the inputs (a directory of many files, an index of many tensors)
-      show("(opening " + table_cell(printable(p.name ? *p.name : std::string()), 60) + ")");
+      show(trying + "(opening " + table_cell(printable(p.name ? *p.name : std::string()), 60) + ")");
       return;
     }
     const double t = now_seconds();
@@ -206,7 +207,7 @@ ProgressFn ProgressLine::callback() {
     char text[160];
     std::snprintf(text, sizeof text, "%zu/%zu %5.1f%% %.1f/%.1f MiB  ", p.tensor + 1, p.tensors, pct,
                   static_cast<double>(p.bytes_done) / 1048576.0, static_cast<double>(p.bytes_total) / 1048576.0);
-    show(text + table_cell(printable(p.name ? *p.name : std::string()), 60));  // a file's name, escaped
+    show(trying + text + table_cell(printable(p.name ? *p.name : std::string()), 60));  // a file's name, escaped
   };
 }
 

@@ -116,6 +116,13 @@ Result<EncodeReport> encode_adaptive(const std::vector<std::string>& inputs, con
   o.levels.clear();
   for (std::size_t i = 0; i < options.levels.size(); ++i) {
     o.spec = options.levels[i];
+    if (options.progress) {
+      o.progress = [&options, i](const Progress& p) {
+        Progress tried = p;
+        tried.level = &options.levels[i];
+        options.progress(tried);
+      };
+    }
     std::optional<ErrorFeedback> trial;
     if (options.error_feedback) o.error_feedback = &trial.emplace(options.error_feedback->trial_copy());
     GCZ_ASSIGN_OR_RETURN(EncodeReport tried, encode_files(inputs, "", o));

@@ -1446,6 +1446,17 @@ def test_the_progress_line_of_steps(tmp_path):
         assert pct <= 100.0, line
 
 
+@needs_samples
+def test_the_progress_line_names_the_adaptive_level_being_tried(tmp_path):
+    """With --adapt, each try is drawn with its level; the step's own encode, after them, without."""
+    drawn = on_a_terminal([str(GCZ), "encode", str(SAMPLE), "-o", str(tmp_path / "a.gcz"), "--adapt", "fp16",
+                           "--adapt", "topk:ratio=0.01", "--budget", "100KiB", "-q"])
+    lines = [line for line in drawn.decode().replace("\r", "\n").split("\n") if "encoding" in line]
+    for level in ("fp16", "topk:ratio=0.01"):
+        assert any(line.startswith(f"\x1b[Kencoding (trying {level}) ") for line in lines), lines
+    assert any(line.startswith("\x1b[Kencoding 22/22 ") for line in lines), lines
+
+
 def test_a_name_with_a_nul_character_goes_only_where_it_can(tmp_path):
     """A safetensors key may hold U+0000: .gcz and .safetensors keep it; a directory, .npz and .h5,
     which would cut the name there, refuse it (the directory had looped for good on the temporary

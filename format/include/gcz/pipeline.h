@@ -50,6 +50,7 @@ struct Progress {
   uint64_t bytes_done = 0;      // input bytes processed so far
   uint64_t bytes_total = 0;
   const std::string* name = nullptr;
+  const std::string* level = nullptr;  // adaptive compression: the level being tried (null otherwise)
 };
 using ProgressFn = std::function<void(const Progress&)>;
 
