@@ -48,7 +48,7 @@ RunFn add_encode_command(CLI::App& app) {
   return [a, ef_codec]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
-    auto budgets = budgets_for(a->encode, 1);
+    auto budgets = budgets_for(a->encode, 0);
     if (!budgets) return report_error(budgets.status());
     if (!budgets->empty()) options->budget = budgets->front();
     auto view = parse_report_view(a->encode.sort, a->encode.top, /*steps=*/false);

@@ -46,7 +46,7 @@ RunFn add_eval_command(CLI::App& app) {
   return [a]() {
     auto options = to_encode_options(a->encode);
     if (!options) return report_error(options.status());
-    auto budgets = budgets_for(a->encode, a->steps ? a->encode.inputs.size() : 1);
+    auto budgets = budgets_for(a->encode, a->steps ? a->encode.inputs.size() : 0);
     if (!budgets) return report_error(budgets.status());
     if (!budgets->empty()) options->budget = budgets->front();
     auto view = parse_report_view(a->encode.sort, a->encode.top, a->steps);

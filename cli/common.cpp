@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "gcz/codec.h"
@@ -264,9 +265,10 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
                  "step is encoded at the lightest level whose .gcz fits --budget (the strongest when none does). "
                  "Example: --adapt fp16 --adapt 'qsgd:bits=4' --adapt 'topk:ratio=0.01' --budget 1MiB")
       ->allow_extra_args(false);  // one SPEC each time: an input after it stays an input
-  app.add_option("--budget", a.budget,
-                 "With --adapt: the most bytes a step's .gcz may take: bytes, or with KiB MiB GiB (also K M G) or "
-                 "kB MB GB; with eval --steps one per step, comma-separated, or one for all. Example: --budget 2MiB");
+  CLI::Option* budget = app.add_option(
+      "--budget", a.budget,
+      "With --adapt: the most bytes a step's .gcz may take: bytes, or with KiB MiB GiB (also K M G) or "
+      "kB MB GB; with eval --steps one per step, comma-separated, or one for all. Example: --budget 2MiB");
   app.add_option("--rule", a.rules,
                  "Per-tensor override GLOB=SPEC, first match wins; repeatable. GLOB matches the whole name, '*' "
                  "also matches '/'; --min-numel comes first. Example: --rule '*.bias=none' --rule '*embed.*=bf16'")
@@ -298,8 +300,9 @@ void add_encode_options(CLI::App& app, EncodeArgs& a) {
   CLI::Option* json = app.add_flag("--json")->description("Same as --report json");
   CLI::Option* csv = app.add_flag("--csv")->description("Same as --report csv");
   // CLI11 runs no option's callback in the order typed: the format is settled once parsing is done.
-  app.parse_complete_callback([&app, &a, report, json, csv, codec] {
+  app.parse_complete_callback([&app, &a, report, json, csv, codec, budget] {
     a.spec_given = codec->count() > 0;
+    a.budget_given = budget->count() > 0;
     const auto& order = app.parse_order();
     const auto last = std::find_if(order.rbegin(), order.rend(),
                                    [&](const CLI::Option* o) { return o == report || o == json || o == csv; });
@@ -344,22 +347,28 @@ void note_unused_raw_options(const std::string& dtype, const std::string& shape,
 namespace {
 
 // A size in bytes: digits, then nothing or B, a binary multiple (K, KiB, M, MiB, G, GiB) or a decimal
-// one (kB, KB, MB, GB).
+// one (kB, MB, GB; not KB, which some read as 1024).
 Result<uint64_t> parse_size(const std::string& text) {
-  const std::size_t digits = text.find_first_not_of("0123456789");
-  const std::string number = text.substr(0, digits), unit = digits == std::string::npos ? "" : text.substr(digits);
+  const std::size_t digits = std::min(text.find_first_not_of("0123456789"), text.size());
   static const std::map<std::string, uint64_t> kUnits = {{"", 1},           {"B", 1},
                                                          {"K", 1ull << 10}, {"KiB", 1ull << 10},
                                                          {"M", 1ull << 20}, {"MiB", 1ull << 20},
                                                          {"G", 1ull << 30}, {"GiB", 1ull << 30},
-                                                         {"kB", 1000},      {"KB", 1000},
-                                                         {"MB", 1000000},   {"GB", 1000000000}};
-  const auto u = kUnits.find(unit);
-  if (number.empty() || number.size() > 19 || u == kUnits.end()) {
-    return invalid_argument("--budget: '" + text + "' is not a size (bytes, or e.g. 512KiB, 2MiB, 1GB)");
+                                                         {"kB", 1000},      {"MB", 1000000},
+                                                         {"GB", 1000000000}};
+  const auto unit = kUnits.find(text.substr(digits));
+  if (digits == 0 || unit == kUnits.end()) {
+    return invalid_argument("--budget: '" + text +
+                            "' is not a size (bytes, or with KiB MiB GiB, also K M G, or kB MB GB; e.g. 512KiB)");
   }
-  const auto bytes = checked_mul(std::stoull(number), u->second);
-  if (!bytes || *bytes == 0) return invalid_argument("--budget: '" + text + "' is not a size above 0 bytes");
+  std::optional<uint64_t> bytes = 0;
+  for (std::size_t i = 0; i < digits && bytes; ++i) {
+    bytes = checked_mul(*bytes, 10);
+    if (bytes) bytes = checked_add(*bytes, static_cast<uint64_t>(text[i] - '0'));
+  }
+  if (bytes) bytes = checked_mul(*bytes, unit->second);
+  if (!bytes) return invalid_argument("--budget: '" + text + "' is more than 2^64 - 1 bytes");
+  if (*bytes == 0) return invalid_argument("--budget: '" + text + "' is 0 bytes; a .gcz takes at least 96");
   return *bytes;
 }
 
@@ -374,14 +383,15 @@ Result<std::vector<uint64_t>> budgets_for(const EncodeArgs& a, std::size_t steps
     sizes.push_back(bytes);
     pos = comma + 1;
   }
-  if (sizes.size() == 1) return std::vector<uint64_t>(steps, sizes[0]);
-  if (steps == 1) {
+  if (sizes.size() == 1) return std::vector<uint64_t>(std::max<std::size_t>(steps, 1), sizes[0]);
+  if (steps == 0) {
     return invalid_argument("--budget '" + a.budget +
                             "': one size here (a list, a size per step, is for eval --steps)");
   }
   if (sizes.size() != steps) {
     return invalid_argument("--budget '" + a.budget + "': " + std::to_string(sizes.size()) + " sizes for " +
-                            std::to_string(steps) + " steps; give one per step, or one for all");
+                            std::to_string(steps) + (steps == 1 ? " step" : " steps") +
+                            "; give one per step, or one for all");
   }
   return sizes;
 }
@@ -392,7 +402,13 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
   if (!a.levels.empty() && a.spec_given) {
     return invalid_argument("-c and --adapt are both given: with --adapt, each step's codec is one of its levels");
   }
-  if (a.levels.empty() != a.budget.empty()) {
+  for (const std::string& level : a.levels) {
+    if (level.rfind("-", 0) == 0) {
+      return invalid_argument("--adapt '" + level + "': a level is a codec spec; did --adapt lose its value to " +
+                              level + "?");
+    }
+  }
+  if (a.levels.empty() != !a.budget_given) {
     return invalid_argument(a.levels.empty() ? "--budget is given without --adapt: the levels to choose from"
                                              : "--adapt is given without --budget: the bytes a step's .gcz may take");
   }

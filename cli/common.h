@@ -88,6 +88,7 @@ struct EncodeArgs {
   bool spec_given = false;          // -c was on the command line
   std::vector<std::string> levels;  // --adapt, lightest first
   std::string budget;               // --budget SIZE[,SIZE...]
+  bool budget_given = false;        // --budget was on the command line (perhaps empty)
 };
 
 void add_encode_options(CLI::App& app, EncodeArgs& args);
@@ -99,8 +100,8 @@ extern const char* const kCodecParametersHelp;
 // Turns parsed arguments into library options (checking dtype/shape/rules/device/meta, and that -c,
 // --adapt and --budget go together as they must). The budget is budgets_for()'s.
 Result<EncodeOptions> to_encode_options(const EncodeArgs& args);
-// With --adapt, the budget of each of `steps` steps, in bytes: --budget's sizes (2MiB, 500KB, 1048576),
-// one per step or one for all; empty without --adapt.
+// With --adapt, the budget of each of `steps` steps (eval --steps; 0 elsewhere, for one budget), in
+// bytes: --budget's sizes (2MiB, 500kB, 1048576), one per step or one for all; empty without --adapt.
 Result<std::vector<uint64_t>> budgets_for(const EncodeArgs& args, std::size_t steps);
 // --dtype and --shape, for raw binary input.
 void add_raw_input_options(CLI::App& app, std::string& dtype, std::string& shape);

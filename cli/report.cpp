@@ -197,16 +197,17 @@ json report_json(const EncodeReport& report, const ReportView& view) {
   return out;
 }
 
-// "adaptive: budget 1.0 MiB (1048576 bytes): level 2 of 3, 'qsgd:bits=4', 998.1 KiB; over it: 'fp16'
-// 2.1 MiB": the table's line for a step encoded by adaptive compression.
+// "adaptive: budget 204800 bytes (200.0 KiB): level 2 of 3, 'qsgd:bits=4', 159811 bytes; over it:
+// 'fp16' 547613 bytes": the table's line for a step encoded by adaptive compression (exact bytes, for
+// a level a byte over the budget).
 std::string adaptive_line(const AdaptiveChoice& a) {
-  std::string line = "adaptive: budget " + human_bytes(a.budget) + " (" + std::to_string(a.budget) + " bytes): level " +
+  std::string line = "adaptive: budget " + count_of(a.budget, "byte") + " (" + human_bytes(a.budget) + "): level " +
                      std::to_string(a.level + 1) + " of " + std::to_string(a.levels.size()) + ", '" +
-                     printable(a.levels[a.level]) + "', " + human_bytes(a.bytes[a.level]);
+                     printable(a.levels[a.level]) + "', " + count_of(a.bytes[a.level], "byte");
   std::string over;
   for (std::size_t i = 0; i < a.bytes.size(); ++i) {
     if (a.bytes[i] > a.budget && i != a.level)
-      over += (over.empty() ? "" : ", ") + ("'" + printable(a.levels[i]) + "' " + human_bytes(a.bytes[i]));
+      over += (over.empty() ? "" : ", ") + ("'" + printable(a.levels[i]) + "' " + count_of(a.bytes[i], "byte"));
   }
   if (!over.empty()) line += "; over it: " + over;
   if (!a.fits) line += " (no level fits: the strongest is used)";
@@ -322,9 +323,8 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
   const std::string at = step.empty() ? std::string() : printable(step) + ": ";
   if (report.adaptive && !report.adaptive->fits) {
     const AdaptiveChoice& a = *report.adaptive;
-    std::fprintf(stderr,
-                 "gcz: warning: %sno --adapt level fits the budget of %llu bytes: the strongest, '%s', takes %llu\n",
-                 at.c_str(), static_cast<unsigned long long>(a.budget), printable(a.levels[a.level]).c_str(),
+    std::fprintf(stderr, "gcz: warning: %sno --adapt level fits the budget of %s: the strongest, '%s', takes %llu\n",
+                 at.c_str(), count_of(a.budget, "byte").c_str(), printable(a.levels[a.level]).c_str(),
                  static_cast<unsigned long long>(a.bytes[a.level]));
   }
   // A codec that shrinks every tensor (Top-K at 1%) would name them all: the first few are named,

@@ -2449,8 +2449,11 @@ def test_adaptive_compression_takes_the_lightest_level_that_fits():
     assert (f"gcz: warning: no --adapt level fits the budget of 1024 bytes: the strongest, 'topk:ratio=0.01', "
             f"takes {sizes[2]}") in r.stderr, r.stderr
     table = gcz("eval", SAMPLE, *ADAPT, "--budget", "200KiB", check=True).stdout
-    assert (f"adaptive: budget 200.0 KiB (204800 bytes): level 2 of 3, 'qsgd:bits=4', ") in table, table
-    assert "; over it: 'fp16' " in table, table
+    assert (f"\nadaptive: budget 204800 bytes (200.0 KiB): level 2 of 3, 'qsgd:bits=4', {sizes[1]} bytes; "
+            f"over it: 'fp16' {sizes[0]} bytes\n") in table, table
+    # Exact bytes: a level a byte over the budget does not read as if it fitted.
+    table = gcz("eval", SAMPLE, *ADAPT, "--budget", str(sizes[1] - 1), check=True).stdout
+    assert f"over it: 'fp16' {sizes[0]} bytes, 'qsgd:bits=4' {sizes[1]} bytes" in table, table
 
 
 @needs_samples
@@ -2495,8 +2498,15 @@ def test_adaptive_steps_take_a_budget_each_and_error_feedback_carries_what_a_str
     (["--budget", "1MiB"], "--budget is given without --adapt"),
     (["--adapt", "fp16", "--budget", "1.5MiB"], "--budget: '1.5MiB' is not a size"),
     (["--adapt", "fp16", "--budget", "12XB"], "--budget: '12XB' is not a size"),
-    (["--adapt", "fp16", "--budget", "0"], "--budget: '0' is not a size above 0 bytes"),
-    (["--adapt", "fp16", "--budget", "99999999999GiB"], "--budget: '99999999999GiB' is not a size above 0"),
+    (["--adapt", "fp16", "--budget", "0"], "--budget: '0' is 0 bytes; a .gcz takes at least 96"),
+    (["--adapt", "fp16", "--budget", "000KiB"], "--budget: '000KiB' is 0 bytes"),
+    (["--adapt", "fp16", "--budget", "17179869184G"], "--budget: '17179869184G' is more than 2^64 - 1 bytes"),
+    (["--adapt", "fp16", "--budget", "18446744073709551616"], "is more than 2^64 - 1 bytes"),
+    (["--adapt", "fp16", "--budget", "1KB"], "--budget: '1KB' is not a size (bytes, or with KiB MiB GiB"),
+    (["--adapt", "fp16", "--budget", " 1MiB"], "--budget: ' 1MiB' is not a size"),
+    (["--adapt", "fp16", "--budget", ""], "--budget: '' is not a size"),
+    (["--adapt", "--budget", "1MiB"], "--adapt '--budget': a level is a codec spec; did --adapt lose its value"),
+    (["--steps", "x.npy", "--adapt", "fp16", "--budget", "1K,2K"], "'1K,2K': 2 sizes for 1 step;"),
     (["--adapt", "fp16", "--budget", "1MiB,2MiB"], "one size here (a list, a size per step, is for eval --steps)"),
     (["--adapt", "fp16", "--adapt", "qsgd:bits=9", "--budget", "1MiB"], "--adapt 'qsgd:bits=9'"),
     (["--steps", "x.npy", "x2.npy", "--adapt", "fp16", "--budget", "1K,2K,3K"], "3 sizes for 2 steps"),
@@ -2514,8 +2524,9 @@ def test_adaptive_compression_mistakes_are_usage_errors(args, words, tmp_path):
 def test_budget_sizes_are_bytes_binary_or_decimal_multiples(tmp_path):
     np.save(tmp_path / "x.npy", np.ones(4, np.float32))
     for text, value in (("5000", 5000), ("7B", 7), ("3K", 3 << 10), ("3KiB", 3 << 10), ("2M", 2 << 20),
-                        ("2MiB", 2 << 20), ("1G", 1 << 30), ("1GiB", 1 << 30), ("3kB", 3000), ("3KB", 3000),
-                        ("2MB", 2000000), ("1GB", 10 ** 9)):
+                        ("2MiB", 2 << 20), ("1G", 1 << 30), ("1GiB", 1 << 30), ("3kB", 3000), ("2MB", 2000000),
+                        ("1GB", 10 ** 9), ("0001MiB", 1 << 20), ("00000000000000000001024", 1024),
+                        ("18446744073709551615", (1 << 64) - 1), ("17179869183G", 17179869183 << 30)):
         rep = json.loads(gcz("eval", "x.npy", "--adapt", "fp16", "--budget", text, "--json", cwd=tmp_path,
                              check=True).stdout)
         assert rep["adaptive"]["budget"] == value, text
