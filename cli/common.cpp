@@ -346,6 +346,17 @@ void note_unused_raw_options(const std::string& dtype, const std::string& shape,
 
 namespace {
 
+// The parts of a comma-separated list, empty ones included ("4," gives "4" and "").
+std::vector<std::string> comma_parts(const std::string& text) {
+  std::vector<std::string> parts;
+  for (std::size_t pos = 0; pos <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    parts.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return parts;
+}
+
 // A size in bytes: digits, then nothing or B, a binary multiple (K, KiB, M, MiB, G, GiB) or a decimal
 // one (kB, MB, GB; not KB, which some read as 1024).
 Result<uint64_t> parse_size(const std::string& text) {
@@ -377,11 +388,9 @@ Result<uint64_t> parse_size(const std::string& text) {
 Result<std::vector<uint64_t>> budgets_for(const EncodeArgs& a, std::size_t steps) {
   if (a.levels.empty()) return std::vector<uint64_t>{};
   std::vector<uint64_t> sizes;
-  for (std::size_t pos = 0; pos <= a.budget.size();) {
-    const std::size_t comma = std::min(a.budget.find(',', pos), a.budget.size());
-    GCZ_ASSIGN_OR_RETURN(uint64_t bytes, parse_size(a.budget.substr(pos, comma - pos)));
+  for (const std::string& part : comma_parts(a.budget)) {
+    GCZ_ASSIGN_OR_RETURN(uint64_t bytes, parse_size(part));
     sizes.push_back(bytes);
-    pos = comma + 1;
   }
   if (sizes.size() == 1) return std::vector<uint64_t>(std::max<std::size_t>(steps, 1), sizes[0]);
   if (steps == 0) {
@@ -445,17 +454,12 @@ Result<ReadOptions> to_read_options(const std::string& dtype, const std::string&
   }
   if (!shape.empty()) {
     Shape dims;
-    std::size_t pos = 0;
-    const std::string& s = shape;
-    while (pos <= s.size()) {
-      const std::size_t comma = std::min(s.find(',', pos), s.size());
-      const std::string part = s.substr(pos, comma - pos);
+    for (const std::string& part : comma_parts(shape)) {
       if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
-        return invalid_argument("--shape '" + s + "': expected comma-separated sizes, e.g. 4096,1024");
+        return invalid_argument("--shape '" + shape + "': expected comma-separated sizes, e.g. 4096,1024");
       }
-      if (part.size() > 15) return invalid_argument("--shape '" + s + "': a size of more than 15 digits");
+      if (part.size() > 15) return invalid_argument("--shape '" + shape + "': a size of more than 15 digits");
       dims.push_back(std::stoull(part));
-      pos = comma + 1;
     }
     o.raw_shape = dims;
   }
