@@ -202,7 +202,7 @@ RunFn add_bench_command(CLI::App& app) {
     auto r = run_bench(a->specs, o);
     line.clear();
     if (!r) return report_error(r.status());
-    if (a->json) std::printf("%s\n", bench_json(*r, a->repeats, a->inputs.empty()).dump(2).c_str());
+    if (a->json) print_json(stdout, bench_json(*r, a->repeats, a->inputs.empty()));
     return static_cast<int>(kExitOk);
   };
 }

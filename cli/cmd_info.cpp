@@ -81,7 +81,7 @@ RunFn add_info_command(CLI::App& app) {
       j["path"] = a->input;
       j["file_size"] = (*reader)->file_size();
       j["version_minor"] = (*reader)->index().version_minor;
-      std::printf("%s\n", j.dump(2).c_str());
+      print_json(stdout, j);
     } else {
       print_table(**reader);
     }

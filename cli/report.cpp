@@ -267,9 +267,13 @@ Result<ReportView> parse_report_view(const std::string& sort, uint64_t top, bool
                           "; or the table's headers in, out, bits/el, max_abs_err, mean_err)");
 }
 
+void print_json(std::FILE* out, const json& j) {
+  std::fprintf(out, "%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+}
+
 void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view) {
   if (format == "json") {
-    std::fprintf(out, "%s\n", report_json(report, view).dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    print_json(out, report_json(report, view));
   } else if (format == "csv") {
     print_csv(out, rows_of(report, view));
   } else {
@@ -288,7 +292,7 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
       r["file"] = s.file;
       j["steps"].push_back(r);
     }
-    std::fprintf(out, "%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    print_json(out, j);
     return;
   }
   if (format == "csv") {

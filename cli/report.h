@@ -3,11 +3,16 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "gcz/pipeline.h"
 
 namespace gcz::cli {
+
+// `j` indented by two, and a newline, on `out`. Bytes that are not UTF-8 (a path may hold any) are
+// written as U+FFFD: the document stays valid JSON.
+void print_json(std::FILE* out, const nlohmann::json& j);
 
 // Which tensors' rows a report shows, in which order: sorted by `key` (a metric's JSON name, or
 // "name"), largest first or, with `ascending`, smallest first (NaN, not measured, first either way:

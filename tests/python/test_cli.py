@@ -183,6 +183,12 @@ def test_corpus_verify(name, corpus_listing):
         return
     check_rejection(r, code, path, rule)
     assert r.stdout == ""
+    # --json: the same verdict, exit code and stderr line, and the error in the document.
+    rj = gcz("verify", path, "--json")
+    assert (rj.returncode, rj.stderr) == (r.returncode, r.stderr)
+    doc = json.loads(rj.stdout)
+    assert doc == {"ok": False, "files": [{"path": str(path), "ok": False, "exit_code": code,
+                                            "error": error_line(r)[len("gcz: error: "):]}]}, doc
 
 
 @pytest.mark.parametrize("name", GCZ_FILES)
@@ -1244,6 +1250,37 @@ def test_a_gcz_file_with_bytes_after_its_end_is_not_called_only_truncated(tmp_pa
     r = gcz("info", longer)
     assert r.returncode == EXIT_BAD_INPUT and "bad-end-magic" in error_line(r), r
     assert "(file truncated, not closed, or with bytes after its end)" in error_line(r), r.stderr
+
+
+def test_verify_json_reports_every_file_and_exits_with_the_first_failure(tmp_path):
+    np.save(tmp_path / "a.npy", np.arange(300, dtype=np.float32))
+    good = tmp_path / "good.gcz"
+    gcz("encode", tmp_path / "a.npy", "-o", good, "-c", "qsgd", "-q", check=True)
+    bad = tmp_path / "bad.gcz"
+    bad.write_bytes(good.read_bytes()[:-1])
+    missing = tmp_path / "missing.gcz"
+    r = gcz("verify", "--json", good, missing, bad, good)
+    assert r.returncode == EXIT_IO, r  # the missing file's, the first failure
+    assert len(r.stderr.splitlines()) == 2 and all(ln.startswith("gcz: error: ") for ln in r.stderr.splitlines())
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and [f["path"] for f in doc["files"]] == [str(good), str(missing), str(bad), str(good)]
+    ok = {"path": str(good), "ok": True, "tensors": 1, "streams": 2, "file_size": good.stat().st_size}
+    assert doc["files"][0] == doc["files"][3] == ok, doc
+    assert doc["files"][1]["exit_code"] == EXIT_IO and "no such file" in doc["files"][1]["error"].lower(), doc
+    assert doc["files"][2]["exit_code"] == EXIT_BAD_INPUT and "bad-end-magic" in doc["files"][2]["error"], doc
+    r = gcz("verify", good, "--json", check=True)
+    assert json.loads(r.stdout) == {"ok": True, "files": [ok]} and r.stderr == ""
+
+
+def test_json_of_a_path_that_is_not_utf8_is_still_json(tmp_path):
+    np.save(tmp_path / "a.npy", np.ones(4, np.float32))
+    odd = os.fsdecode(bytes(tmp_path) + b"/odd\xff.gcz")
+    gcz("encode", tmp_path / "a.npy", "-o", odd, "-q", check=True)
+    for args in (("info", odd, "--json"), ("verify", odd, "--json")):
+        r = gcz(*args, check=True)
+        doc = json.loads(r.stdout)
+        path = doc["path"] if args[0] == "info" else doc["files"][0]["path"]
+        assert path == f"{tmp_path}/odd\ufffd.gcz", r.stdout
 
 
 def test_a_directory_where_a_gcz_file_is_expected_is_named_as_one(tmp_path):
