@@ -65,52 +65,89 @@ GCZ_METRICS_AVX2 __m256d widen4(const BF16* p) {  // each bf16 in the high half 
   return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h)));
 }
 
+// The sums of four lanes, in registers.
+struct Sums4 {
+  __m256d xx, yy, xy, ee, e, ec, max_abs, max_x, max_y;
+};
+
 // add_one on four lanes at once, for n (a multiple of 4) elements whose first is in lane 0: lane l of
 // each vector is a[l] of a sum, so every lane sees the same operations, in the same order, as
-// add_one gives it. (max_pd(v, m) is v > m ? v : m, as add_one's max is.)
-template <class Lanes, class Counts, class T>
-[[gnu::target("avx2,f16c")]] void accumulate_avx2(Lanes& a, const T* x, const T* y, uint64_t n, Counts& c) {
-  __m256d xx = _mm256_loadu_pd(a.xx), yy = _mm256_loadu_pd(a.yy), xy = _mm256_loadu_pd(a.xy);
-  __m256d ee = _mm256_loadu_pd(a.ee), e = _mm256_loadu_pd(a.e), ec = _mm256_loadu_pd(a.ec);
-  __m256d mx = _mm256_loadu_pd(a.max_abs);
-  __m256d mxx = _mm256_loadu_pd(a.max_x), mxy = _mm256_loadu_pd(a.max_y);
+// add_one gives it. (max_pd(v, m) is v > m ? v : m, as add_one's max is.) kChecked = false leaves
+// out add_one's checks of finiteness, its masks and counts: that is the same arithmetic wherever
+// every x, and every y, is finite.
+template <bool kChecked, class T>
+GCZ_METRICS_AVX2 void add4(Sums4& s, const T* x, const T* y, uint64_t n, __m256i& finite_count, __m256i& decoded_bad) {
   const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
   const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
-  __m256i finite_count = _mm256_setzero_si256(), decoded_bad = _mm256_setzero_si256();
   for (uint64_t i = 0; i < n; i += 4) {
-    const __m256d xr = widen4(x + i), yr = widen4(y + i);
-    const __m256d finite = _mm256_cmp_pd(_mm256_and_pd(xr, abs_mask), inf, _CMP_LT_OQ);  // false for NaN
-    const __m256d y_finite = _mm256_cmp_pd(_mm256_and_pd(yr, abs_mask), inf, _CMP_LT_OQ);
-    const __m256d xv = _mm256_and_pd(xr, finite), yv = _mm256_and_pd(yr, finite);    // +0.0 where not finite
-    const __m256d ev = _mm256_sub_pd(yv, xv);
-    xx = _mm256_add_pd(xx, _mm256_mul_pd(xv, xv));
-    yy = _mm256_add_pd(yy, _mm256_mul_pd(yv, yv));
-    xy = _mm256_add_pd(xy, _mm256_mul_pd(xv, yv));
-    ee = _mm256_add_pd(ee, _mm256_mul_pd(ev, ev));
-    const __m256d t = _mm256_add_pd(e, ev), vt = _mm256_sub_pd(t, e);  // add_compensated
-    ec = _mm256_add_pd(ec, _mm256_add_pd(_mm256_sub_pd(e, _mm256_sub_pd(t, vt)), _mm256_sub_pd(ev, vt)));
-    e = t;
-    mx = _mm256_max_pd(_mm256_and_pd(ev, abs_mask), mx);
-    if constexpr (std::is_same_v<T, double>) {  // narrower dtypes' squares always hold (finish())
-      mxx = _mm256_max_pd(_mm256_and_pd(xv, abs_mask), mxx);
-      mxy = _mm256_max_pd(_mm256_and_pd(yv, abs_mask), mxy);
+    __m256d xv = widen4(x + i), yv = widen4(y + i);
+    if constexpr (kChecked) {
+      const __m256d finite = _mm256_cmp_pd(_mm256_and_pd(xv, abs_mask), inf, _CMP_LT_OQ);  // false for NaN
+      const __m256d y_finite = _mm256_cmp_pd(_mm256_and_pd(yv, abs_mask), inf, _CMP_LT_OQ);
+      xv = _mm256_and_pd(xv, finite);  // +0.0 where not finite
+      yv = _mm256_and_pd(yv, finite);
+      finite_count = _mm256_sub_epi64(finite_count, _mm256_castpd_si256(finite));  // a true lane is -1
+      decoded_bad = _mm256_sub_epi64(decoded_bad, _mm256_castpd_si256(_mm256_andnot_pd(y_finite, finite)));
     }
-    finite_count = _mm256_sub_epi64(finite_count, _mm256_castpd_si256(finite));  // a true lane is -1
-    decoded_bad = _mm256_sub_epi64(decoded_bad, _mm256_castpd_si256(_mm256_andnot_pd(y_finite, finite)));
+    const __m256d ev = _mm256_sub_pd(yv, xv);
+    s.xx = _mm256_add_pd(s.xx, _mm256_mul_pd(xv, xv));
+    s.yy = _mm256_add_pd(s.yy, _mm256_mul_pd(yv, yv));
+    s.xy = _mm256_add_pd(s.xy, _mm256_mul_pd(xv, yv));
+    s.ee = _mm256_add_pd(s.ee, _mm256_mul_pd(ev, ev));
+    const __m256d t = _mm256_add_pd(s.e, ev), vt = _mm256_sub_pd(t, s.e);  // add_compensated
+    s.ec = _mm256_add_pd(s.ec, _mm256_add_pd(_mm256_sub_pd(s.e, _mm256_sub_pd(t, vt)), _mm256_sub_pd(ev, vt)));
+    s.e = t;
+    s.max_abs = _mm256_max_pd(_mm256_and_pd(ev, abs_mask), s.max_abs);
+    if constexpr (std::is_same_v<T, double>) {  // narrower dtypes' squares always hold (finish())
+      s.max_x = _mm256_max_pd(_mm256_and_pd(xv, abs_mask), s.max_x);
+      s.max_y = _mm256_max_pd(_mm256_and_pd(yv, abs_mask), s.max_y);
+    }
   }
-  _mm256_storeu_pd(a.xx, xx);
-  _mm256_storeu_pd(a.yy, yy);
-  _mm256_storeu_pd(a.xy, xy);
-  _mm256_storeu_pd(a.ee, ee);
-  _mm256_storeu_pd(a.e, e);
-  _mm256_storeu_pd(a.ec, ec);
-  _mm256_storeu_pd(a.max_abs, mx);
-  _mm256_storeu_pd(a.max_x, mxx);
-  _mm256_storeu_pd(a.max_y, mxy);
+}
+
+// Whether every lane of the sums of squares of x and of y is finite. A non-finite x makes its lane of
+// xx Inf or NaN for good, as a non-finite y does yy's: where both stay finite over a run, every x and
+// y of the run was finite.
+GCZ_METRICS_AVX2 bool squares_finite(const Sums4& s) {
+  const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+  return _mm256_movemask_pd(_mm256_cmp_pd(_mm256_add_pd(s.xx, s.yy), inf, _CMP_LT_OQ)) == 0xF;
+}
+
+// Elements per run that add4 first takes unchecked; a run whose sums of squares end non-finite (or
+// begin so) is taken again from its start, checked.
+constexpr uint64_t kUncheckedRun = 1024;
+
+template <class Lanes, class Counts, class T>
+[[gnu::target("avx2,f16c")]] void accumulate_avx2(Lanes& a, const T* x, const T* y, uint64_t n, Counts& c) {
+  Sums4 s{_mm256_loadu_pd(a.xx),      _mm256_loadu_pd(a.yy),    _mm256_loadu_pd(a.xy),
+          _mm256_loadu_pd(a.ee),      _mm256_loadu_pd(a.e),     _mm256_loadu_pd(a.ec),
+          _mm256_loadu_pd(a.max_abs), _mm256_loadu_pd(a.max_x), _mm256_loadu_pd(a.max_y)};
+  __m256i finite_count = _mm256_setzero_si256(), decoded_bad = _mm256_setzero_si256();
+  uint64_t checked = 0;  // elements added by the checked loop, which counts
+  for (uint64_t i = 0; i < n; i += kUncheckedRun) {
+    const uint64_t m = std::min(kUncheckedRun, n - i);
+    if (squares_finite(s)) {
+      const Sums4 before = s;
+      add4<false>(s, x + i, y + i, m, finite_count, decoded_bad);
+      if (squares_finite(s)) continue;
+      s = before;
+    }
+    add4<true>(s, x + i, y + i, m, finite_count, decoded_bad);
+    checked += m;
+  }
+  _mm256_storeu_pd(a.xx, s.xx);
+  _mm256_storeu_pd(a.yy, s.yy);
+  _mm256_storeu_pd(a.xy, s.xy);
+  _mm256_storeu_pd(a.ee, s.ee);
+  _mm256_storeu_pd(a.e, s.e);
+  _mm256_storeu_pd(a.ec, s.ec);
+  _mm256_storeu_pd(a.max_abs, s.max_abs);
+  _mm256_storeu_pd(a.max_x, s.max_x);
+  _mm256_storeu_pd(a.max_y, s.max_y);
   alignas(32) uint64_t counts[4], bad[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(counts), finite_count);
   _mm256_store_si256(reinterpret_cast<__m256i*>(bad), decoded_bad);
-  c.nonfinite += n - (counts[0] + counts[1] + counts[2] + counts[3]);
+  c.nonfinite += checked - (counts[0] + counts[1] + counts[2] + counts[3]);
   c.decoded_nonfinite += bad[0] + bad[1] + bad[2] + bad[3];
 }
 #endif

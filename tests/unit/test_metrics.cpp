@@ -338,5 +338,48 @@ TEST(Metrics, VectorPathMatchesPortablePathBitForBit) {
   check_paths_agree(x, y, 7, 2);
 }
 
+// The vector path adds runs of elements without checking them while the sums of squares stay finite,
+// and adds a run again, checked, where they end otherwise. The same bits wherever the non-finite
+// elements fall: none at all, one at a run's first or last element, or one late in a block whose
+// earlier runs were all finite; in x or in x-hat.
+TEST(Metrics, UncheckedRunsGiveTheCheckedBits) {
+  if (!detail::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: only the portable path runs";
+  const uint64_t n = 3 * MetricsAccumulator::kBlock + 517;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(n), y(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 25) - 12);
+    y[i] = x[i] + 0.01f * normal(rng) * std::fabs(x[i]);
+  }
+  check_paths_agree(x, y, 0, 0);
+  const float inf = std::numeric_limits<float>::infinity();
+  auto with = [&](std::vector<float> v, uint64_t i, float value) {
+    v[i] = value;
+    return v;
+  };
+  for (uint64_t i : {uint64_t{1023}, uint64_t{1024}, uint64_t{1027}, uint64_t{40000}, n - 600}) {
+    check_paths_agree(with(x, i, std::nanf("")), y, 1, 0);
+    check_paths_agree(with(x, i, -inf), y, 1, 0);
+    check_paths_agree(x, with(y, i, inf), 0, 1);
+    check_paths_agree(x, with(y, i, std::nanf("")), 0, 1);
+  }
+  // float64: an error whose square overflows where x and x-hat's squares do not (a checked run gives
+  // the same Inf), and squares that overflow (the run is taken again, checked).
+  std::vector<double> xd(8192, -1.2e154), yd(8192, 1.2e154);
+  for (double big : {1.2e154, 1e200}) {
+    xd[5000] = -big;
+    Metrics m[2];
+    for (int avx2 = 0; avx2 < 2; ++avx2) {
+      detail::allow_avx2_for_testing(avx2 == 1);
+      MetricsAccumulator acc;
+      acc.add(DType::kFloat64, xd.data(), yd.data(), xd.size());
+      m[avx2] = acc.finish(1, 1);
+    }
+    detail::allow_avx2_for_testing(true);
+    expect_same_bits(m[0], m[1], "float64, |x| up to " + std::to_string(big));
+  }
+}
+
 }  // namespace
 }  // namespace gcz
