@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "common.h"
 #include "gcz/backend.h"
+#include "gcz/codec.h"
 #include "gcz/pipeline.h"
 
 namespace {
@@ -168,6 +169,7 @@ std::optional<int> help_command(CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace gcz::cli;
+  gcz::release_blas_threads();
   stop_cleanly_on_signals();
   CLI::App app{"gcz: compress gradient tensors with the codecs of distributed training (fp16/bf16, QSGD, TernGrad,\n"
                "Top-K, Random-K, PowerSGD, hybrids, error feedback) into .gcz files, and report the compression\n"

@@ -224,6 +224,33 @@ TEST(PowerSgd, NearTheSvdOptimumOnADecayingSpectrum) {
   EXPECT_GE(got, best * (1 - 1e-5));
 }
 
+// The threads of this process (Linux: its tasks).
+std::size_t process_threads() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// release_blas_threads stops OpenBLAS's workers (the only other threads of a test process here, each
+// test running in a process of its own under ctest), and PowerSGD on threads of its own writes the
+// same bytes after it.
+TEST(PowerSgd, ReleasingTheBlasThreadsStopsThemAndChangesNoByte) {
+  const uint64_t n = 300, m = 200;
+  const Matrix x = gaussian(n * m, 3);
+  const TensorInfo t{"w", DType::kFloat32, {n, m}};
+  auto c = make("powersgd:rank=4");
+  ASSERT_TRUE(c);
+  c->set_threads(3);
+  const std::vector<ByteBuffer> want = encode(*c, t, x.data());
+  const std::size_t before = process_threads();
+  release_blas_threads();
+  const std::size_t after = process_threads();
+  release_blas_threads();  // again: nothing left to stop
+  EXPECT_EQ(process_threads(), after);
+  EXPECT_EQ(encode(*c, t, x.data()), want);
+  EXPECT_EQ(after, 1u) << "threads other than this one left running (before: " << before << ")";
+}
+
 TEST(PowerSgd, DecodeIsTheStatedFloat64Sum) {
   // Factors stored as fp32 are read straight from the streams; every element must equal
   // powersgd_element rounded once to the dtype, bit for bit.

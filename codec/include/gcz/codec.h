@@ -178,4 +178,10 @@ std::vector<std::string> codec_names();
 // pins OpenBLAS to one thread for the whole process, once: its bytes must not depend on the cores.
 Result<std::unique_ptr<Codec>> make_codec(std::string_view name, const Params& params, Backend backend);
 
+// Pins OpenBLAS to one thread, as making a `powersgd` codec does, and stops the worker threads its
+// pthreads build starts when it is loaded, one per core: they poll for work for about a tenth of a
+// second first, taking a core from the codecs' own threads. For a program that uses the BLAS only
+// through gcz, called early (the gcz command calls it first); elsewhere, leave the BLAS to its owner.
+void release_blas_threads();
+
 }  // namespace gcz

@@ -126,6 +126,13 @@ Result<std::string> fallback_reason(const TensorInfo& t, const Config& c) {
   return std::string();
 }
 
+#ifdef GCZ_HAVE_OPENBLAS
+// OpenBLAS's own call to stop its worker threads (what it does before a fork), exported by its
+// pthreads build though not declared in cblas.h: weak, so a build without it (serial, OpenMP) links
+// and skips it.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+#endif
+
 // Pins OpenBLAS to one thread, once: the bytes must not depend on the core count (docs: determinism).
 void pin_blas_threads() {
 #ifdef GCZ_HAVE_OPENBLAS
@@ -392,6 +399,14 @@ class PowerSgdCodec final : public Codec {
 };
 
 }  // namespace
+
+void release_blas_threads() {
+  pin_blas_threads();
+#ifdef GCZ_HAVE_OPENBLAS
+  // With one thread pinned, OpenBLAS runs every call on the caller's thread and starts no worker again.
+  if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
+#endif
+}
 
 Result<std::unique_ptr<Codec>> make_powersgd_codec(const Params& params, Backend) {
   GCZ_ASSIGN_OR_RETURN(Config c, parse_config(params));
