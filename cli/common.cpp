@@ -435,6 +435,9 @@ Result<EncodeOptions> to_encode_options(const EncodeArgs& a) {
     const auto eq = m.find('=');
     if (eq == std::string::npos || eq == 0) return invalid_argument("--meta '" + m + "': expected KEY=VALUE");
     if (m.rfind("gcz.", 0) == 0) return invalid_argument("--meta '" + m + "': keys starting 'gcz.' are gcz's own");
+    if (!detail::is_utf8(m)) {
+      return invalid_argument("--meta '" + m + "': not UTF-8 text, which a .gcz's metadata is (docs/FORMAT.md, 5)");
+    }
     if (!o.metadata.emplace(m.substr(0, eq), m.substr(eq + 1)).second) {
       return invalid_argument("--meta '" + m + "': the key '" + m.substr(0, eq) + "' is given twice");
     }

@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 #include <map>
 #include <new>
 #include <optional>
@@ -23,6 +25,7 @@
 #include "gcz/backend.h"
 #include "gcz/codec.h"
 #include "gcz/pipeline.h"
+#include "gcz/tensor_io.h"
 
 namespace {
 
@@ -40,6 +43,9 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 void stop_cleanly_on_signals() {
+  // A write past the file-size limit (ulimit -f) fails with EFBIG instead of ending gcz: reported,
+  // and the unfinished outputs removed, as for a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) return;
   try {
     std::thread([] {
@@ -101,6 +107,12 @@ std::string usage_message(CLI::App& app, int argc, char** argv, const CLI::Parse
     return "no command given (commands: " + names + ")";
   }
   if (dynamic_cast<const CLI::RequiredError*>(&e) && std::regex_match(what, m, std::regex("(.+) is required"))) {
+    // A FILE named like an option, the only one given, is taken for an unknown option.
+    const std::vector<std::string> extra = command->remaining();
+    if (!extra.empty() && extra[0].size() > 1 && extra[0][0] == '-') {
+      return "unexpected argument '" + extra[0] + "' for gcz " + command->get_name() +
+             " (an unknown option; a file whose name starts with '-' is given as ./" + extra[0] + " or after --)";
+    }
     for (const CLI::Option* o : command->get_options()) {
       if (o->get_name() != m[1].str() || !o->get_positional()) continue;
       std::string about = o->get_description();
@@ -137,7 +149,7 @@ std::string usage_message(CLI::App& app, int argc, char** argv, const CLI::Parse
 int usage_error(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
   CLI::App* command = innermost_command(app);
   const std::string help = command == &app ? "gcz" : "gcz " + command->get_name();
-  std::fprintf(stderr, "gcz: error: %s%s\n", usage_message(app, argc, argv, e).c_str(),
+  std::fprintf(stderr, "gcz: error: %s%s\n", gcz::cli::printable(usage_message(app, argc, argv, e)).c_str(),
                gcz::cli::see_help(help).c_str());
   return gcz::cli::kExitUsage;
 }
@@ -161,16 +173,26 @@ std::optional<int> help_command(CLI::App& app, int argc, char** argv) {
     problem = "unknown command";
   }
   std::fprintf(stderr, "gcz: error: %s%s (commands: %s; see 'gcz --help')\n", problem,
-               argc == 3 ? (" '" + asked + "'").c_str() : "", command_names(app).c_str());
+               argc == 3 ? (" '" + gcz::cli::printable(asked) + "'").c_str() : "", command_names(app).c_str());
   return gcz::cli::kExitUsage;
 }
 
-}  // namespace
+// What was printed, flushed: a report that could not be written (a full disk, a closed descriptor)
+// is an I/O error, unless the command had failed already.
+int flush_standard_output(int rc) {
+  errno = 0;
+  std::cout.flush();
+  const bool flushed = std::fflush(stdout) == 0;
+  const int error = errno;
+  if (flushed && !std::ferror(stdout) && std::cout.good()) return rc;
+  // A write that failed before the flush left no errno to tell why.
+  std::fprintf(stderr, "gcz: error: cannot write to standard output%s%s: what gcz printed there is incomplete\n",
+               error != 0 ? ": " : "", error != 0 ? std::strerror(error) : "");
+  return rc == gcz::cli::kExitOk ? gcz::cli::kExitIo : rc;
+}
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace gcz::cli;
-  gcz::release_blas_threads();
-  stop_cleanly_on_signals();
   CLI::App app{"gcz: compress gradient tensors with the codecs of distributed training (fp16/bf16, QSGD, TernGrad,\n"
                "Top-K, Random-K, PowerSGD, hybrids, error feedback) into .gcz files, and report the compression\n"
                "ratio and the reconstruction error.",
@@ -227,4 +249,13 @@ int main(int argc, char** argv) {
     return kExitInternal;
   }
   return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gcz::release_blas_threads();
+  gcz::skip_hdf5_cleanup_at_exit();
+  stop_cleanly_on_signals();
+  return flush_standard_output(run(argc, argv));
 }

@@ -8,6 +8,7 @@
 #include "file_util.h"
 #include "gcz/codec_spec.h"
 #include "gcz/container.h"
+#include "gcz/detail/utf8.h"
 #include "index_json.h"
 #include "layout.h"
 
@@ -202,6 +203,13 @@ uint64_t GczWriter::index_entry_bytes(const TensorRecord& record) const {
 Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& metadata, bool in_place) {
   Impl& w = *impl_;
   if (w.in_tensor || w.finished) return internal_error("finish out of order");
+  for (const auto& [key, value] : metadata) {
+    if (!detail::is_utf8(key) || !detail::is_utf8(value)) {
+      return invalid_argument(w.path + ": metadata '" + key +
+                              "': not UTF-8 text, which a .gcz's metadata is "
+                              "(docs/FORMAT.md, 5)");
+    }
+  }
   w.index.metadata = metadata;
   const uint64_t index_offset = w.pos;  // already aligned
   const std::string text = detail::serialize_index(w.index);

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "gcz/tensor_io.h"
+
 namespace gcz::detail {
 namespace {
 
@@ -76,7 +78,17 @@ void quiet_hdf5_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 std::string hdf5_error_text() {
   std::string text;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, take_innermost, &text);
-  return text.empty() ? "unknown HDF5 error" : text;
+  if (text.empty()) return "unknown HDF5 error";
+  // The file driver's "file write failed: time = ..., errno = 28, error message = 'No space left on
+  // device', buf = 0x..., ..." says what matters in its message.
+  const std::string tag = ", error message = '";
+  const std::size_t at = text.find(tag), cut = text.find(": time = ");
+  if (at != std::string::npos && cut != std::string::npos && cut < at) {
+    const std::size_t end = text.find('\'', at + tag.size());
+    if (end != std::string::npos)
+      return text.substr(0, cut) + ": " + text.substr(at + tag.size(), end - at - tag.size());
+  }
+  return text;
 }
 
 Status hdf5_read_error(const std::string& what) {
@@ -156,3 +168,10 @@ Status transfer_flat_range(hid_t dataset, hid_t mem_type, const Shape& dims, uin
 }
 
 }  // namespace gcz::detail
+
+namespace gcz {
+
+// Before the library's first call (it is not initialized by this one), else it has no effect.
+void skip_hdf5_cleanup_at_exit() { H5dont_atexit(); }
+
+}  // namespace gcz

@@ -359,8 +359,10 @@ class NpzWriter final : public SequentialWriter {
     const auto* p = static_cast<const char*>(src);
     for (uint64_t done = 0; done < n;) {
       const uint64_t k = std::min(n - done, kZipChunk);
+      errno = 0;
       if (zipWriteInFileInZip(zip_, p + done, static_cast<unsigned>(k)) != ZIP_OK) {
-        return io_error(tensor_context(path(), name_) + ": write failed");
+        return io_error(tensor_context(path(), name_) + ": write failed" +
+                        (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()));
       }
       done += k;
     }

@@ -1272,6 +1272,15 @@ def test_verify_json_reports_every_file_and_exits_with_the_first_failure(tmp_pat
     assert json.loads(r.stdout) == {"ok": True, "files": [ok]} and r.stderr == ""
 
 
+def test_meta_that_is_not_utf8_is_refused(tmp_path):
+    np.save(tmp_path / "a.npy", np.ones(4, np.float32))
+    for meta in ("\udcff=1", "k=v\udcfe"):  # the bytes 0xff and 0xfe
+        r = gcz("encode", tmp_path / "a.npy", "-o", tmp_path / "a.gcz", "--meta", meta)
+        assert r.returncode == EXIT_USAGE, r
+        assert "': not UTF-8 text, which a .gcz's metadata is" in error_line(r), r.stderr
+        assert not (tmp_path / "a.gcz").exists()
+
+
 def test_json_of_a_path_that_is_not_utf8_is_still_json(tmp_path):
     np.save(tmp_path / "a.npy", np.ones(4, np.float32))
     odd = os.fsdecode(bytes(tmp_path) + b"/odd\xff.gcz")
@@ -2130,6 +2139,55 @@ def test_a_tensor_too_large_for_a_memory_limit_is_refused_by_name(elements, word
         assert r.returncode == EXIT_UNSUPPORTED, r
         assert f"big.gcz: tensor 'v': {words}" in error_line(r), r.stderr
     assert not (tmp_path / "b.npy").exists()
+
+
+def test_a_file_size_limit_is_an_io_error_with_nothing_left_behind(tmp_path):
+    """Past `ulimit -f` a write fails (SIGXFSZ ignored) and is reported as for a full disk: one line,
+    exit 3, no temporary file; for HDF5, whose clean-up at exit would crash on the file it could not
+    close, too."""
+    import resource
+    np.save(tmp_path / "big.npy", np.random.default_rng(0).standard_normal(200_000).astype(np.float32))
+    gcz("encode", tmp_path / "big.npy", "-o", tmp_path / "big.gcz", "-c", "none", "-q", check=True)
+    limit = 100 * 1024
+
+    def limited(*command):
+        return subprocess.run([str(GCZ), *map(str, command)], capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for command, words in ((["encode", tmp_path / "big.npy", "-o", out / "x.gcz", "-c", "none", "-q"],
+                            "x.gcz: write failed: File too large"),
+                           (["decode", tmp_path / "big.gcz", "-o", out / "x.npz"],
+                            "x.npz: tensor 'big': write failed: File too large"),
+                           (["decode", tmp_path / "big.gcz", "-o", out / "x.h5"],
+                            "x.h5: tensor 'big': HDF5 write failed: file write failed: File too large"),
+                           (["decode", tmp_path / "big.gcz", "-o", out / "x.npy"], "File too large")):
+        r = limited(*command)
+        assert r.returncode == EXIT_IO, (command, r)
+        assert words in error_line(r), r.stderr
+        assert list(out.iterdir()) == [], list(out.iterdir())
+
+
+def test_a_report_that_cannot_be_written_is_an_io_error(tmp_path):
+    np.save(tmp_path / "a.npy", np.ones(4, np.float32))
+    gcz("encode", tmp_path / "a.npy", "-o", tmp_path / "a.gcz", "-q", check=True)
+    for command in (["eval", tmp_path / "a.npy"], ["eval", tmp_path / "a.npy", "--json"], ["info", tmp_path / "a.gcz"],
+                    ["verify", tmp_path / "a.gcz"], ["--version"], ["eval", "--help"]):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([str(GCZ), *map(str, command)], stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=300)
+        assert r.returncode == EXIT_IO, (command, r)
+        line = error_line(r)
+        assert line.startswith("gcz: error: cannot write to standard output"), line
+        assert line.endswith(": what gcz printed there is incomplete"), line
+    # With standard output closed, as `>&-` leaves it; -q prints nothing there, and succeeds.
+    r = subprocess.run([str(GCZ), "eval", str(tmp_path / "a.npy")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True, timeout=300, preexec_fn=lambda: os.close(1))
+    assert r.returncode == EXIT_IO and "Bad file descriptor" in error_line(r), r
+    r = subprocess.run([str(GCZ), "eval", str(tmp_path / "a.npy"), "-q"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=300, preexec_fn=lambda: os.close(1))
+    assert r.returncode == 0 and r.stderr == "", r
 
 
 def test_an_interrupted_encode_leaves_no_temporary_file(tmp_path):

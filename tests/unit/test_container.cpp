@@ -59,6 +59,23 @@ TEST(Container, EmptyFileRoundTrips) {
   EXPECT_TRUE((*r)->verify(nullptr));
 }
 
+// Metadata that is not UTF-8 would be written as U+FFFD, two keys perhaps as one, and the file not
+// read back: finish() refuses it and leaves no file.
+TEST(Container, MetadataThatIsNotUtf8IsRefused) {
+  const fs::path p = temp_dir("meta") / "m.gcz";
+  for (const auto& metadata : {std::map<std::string, std::string>{{"\xff", "1"}, {"\xfe", "2"}},
+                               std::map<std::string, std::string>{{"k", "v\xc3"}}}) {
+    auto w = GczWriter::create(p.string());
+    ASSERT_TRUE(w);
+    auto size = (*w)->finish(metadata);
+    ASSERT_FALSE(size);
+    EXPECT_EQ(size.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(size.status().message().find("not UTF-8 text"), std::string::npos) << size.status().message();
+    w->reset();
+    EXPECT_FALSE(fs::exists(p));
+  }
+}
+
 TEST(Container, StreamsAreAlignedChecksummedAndReadBack) {
   const fs::path p = temp_dir("streams") / "s.gcz";
   std::mt19937 rng(1);

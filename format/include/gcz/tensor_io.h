@@ -124,4 +124,11 @@ Result<std::unique_ptr<TensorFileWriter>> create_tensor_file(const std::string& 
                                                              const std::vector<TensorInfo>& tensors,
                                                              const WriteOptions& options);
 
+// For a program that owns its process (the gcz command calls it first): tells HDF5 not to run its
+// clean-up at exit. Where a write ran out of disk space, HDF5 (1.10) cannot close the file, and its
+// clean-up would then crash the process on its way out; gcz has closed, or given up and removed,
+// every file by then. A program that leaves HDF5 files of its own open for that clean-up to close
+// must not call it.
+void skip_hdf5_cleanup_at_exit();
+
 }  // namespace gcz
