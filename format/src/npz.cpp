@@ -380,6 +380,12 @@ class NpzWriter final : public SequentialWriter {
 Result<std::unique_ptr<TensorFileReader>> open_npz_reader(const std::string& path) {
   GCZ_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, MappedFile::open(path));
   auto zip = std::make_shared<ZipHandle>();
+  // An archive of no members (numpy's savez() with no arrays) is its end record alone, with no
+  // comment; minizip does not open it.
+  static constexpr unsigned char kEmptyZip[22] = {'P', 'K', 5, 6};
+  if (mapped->size() == sizeof kEmptyZip && std::memcmp(mapped->data(), kEmptyZip, sizeof kEmptyZip) == 0) {
+    return std::unique_ptr<TensorFileReader>(new NpzReader(path, std::move(mapped), std::move(zip)));
+  }
   zip->zip = unzOpen64(path.c_str());
   if (!zip->zip) {
     return format_error(path + ": not a zip archive (no readable central directory)" +

@@ -1272,6 +1272,25 @@ def test_verify_json_reports_every_file_and_exits_with_the_first_failure(tmp_pat
     assert json.loads(r.stdout) == {"ok": True, "files": [ok]} and r.stderr == ""
 
 
+def test_an_npz_of_no_arrays_is_one_with_no_tensors(tmp_path):
+    """numpy's savez() with no arrays writes a zip of its end record alone: no tensor in it, not a
+    damaged archive, and a directory holding it is read as if it were not there."""
+    (tmp_path / "d").mkdir()
+    np.savez(tmp_path / "d" / "empty.npz")
+    assert (tmp_path / "d" / "empty.npz").stat().st_size == 22
+    r = gcz("eval", tmp_path / "d" / "empty.npz")
+    assert r.returncode == EXIT_UNSUPPORTED, r
+    assert error_line(r) == f"gcz: error: {tmp_path / 'd' / 'empty.npz'}: no floating-point tensor to encode", r
+    np.save(tmp_path / "d" / "w.npy", np.ones(4, np.float32))
+    rep = json.loads(gcz("eval", tmp_path / "d", "--json", check=True).stdout)
+    assert [t["name"] for t in rep["tensors"]] == ["w"] and rep["skipped"] == [], rep
+    # An end record that counts members the archive does not have is still a damaged one.
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"PK\x05\x06" + bytes(4) + b"\x01\x00\x01\x00" + bytes(10))
+    r = gcz("eval", bad)
+    assert r.returncode == EXIT_BAD_INPUT and "not a zip archive" in error_line(r), r
+
+
 def test_meta_that_is_not_utf8_is_refused(tmp_path):
     np.save(tmp_path / "a.npy", np.ones(4, np.float32))
     for meta in ("\udcff=1", "k=v\udcfe"):  # the bytes 0xff and 0xfe
@@ -1764,6 +1783,12 @@ def test_a_rule_that_chose_one_tensor_is_not_said_to_have_chosen_none(tmp_path):
     (["eval", "x.npy", "--seed", ""], "--seed: '' is not a whole number"),
     (["eval", "x.bin", "--dtype", "f32", "--shape", "4,"], "--shape '4,': expected comma-separated sizes"),
     (["encode", "x.npy", "-o", "x.gcz", "--meta", "=v"], "--meta '=v': expected KEY=VALUE"),
+    (["bogus\ncmd"], "unknown command 'bogus\\x0acmd'"),
+    (["help", "x\ny"], "unknown command 'x\\x0ay'"),
+    (["eval", "x.npy", "--no\x1b[2J"], "unexpected argument '--no\\x1b[2J' for gcz eval"),
+    (["eval", "-lead.npy"], "unexpected argument '-lead.npy' for gcz eval (an unknown option; a file whose name "
+                            "starts with '-' is given as ./-lead.npy or after --)"),
+    (["verify", "-x.gcz"], "unexpected argument '-x.gcz' for gcz verify (an unknown option;"),
 ])
 def test_command_line_mistakes_are_one_line(args, words):
     r = gcz(*args)
