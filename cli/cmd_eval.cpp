@@ -94,6 +94,10 @@ RunFn add_eval_command(CLI::App& app) {
     // With feedback, a tensor whose shape or dtype changes is an error: found before any step runs.
     if (Status st = ef.check_steps(step_tensors); !st) return report_error(st);
     options->error_feedback = &ef;
+    // A state given must be this model's, as encode --ef-state requires: it holds residuals for some of
+    // the first step's tensors, or none at all (later steps are warned of below when they share no name).
+    options->refuse_foreign_state = !a->ef_state.empty();
+    options->ef_state_path = a->ef_state;  // for that message: eval writes no state
     std::vector<StepReport> steps;
     std::vector<RuleUse> rules;  // what each rule did in any step
     std::map<std::string, Shape> shapes;  // each tensor's shape when last seen
@@ -103,6 +107,7 @@ RunFn add_eval_command(CLI::App& app) {
       const uint64_t step = ef.steps();  // the state's count, as a chain of encode --ef-state runs numbers it
       if (!budgets->empty()) options->budget = (*budgets)[steps.size()];
       auto report = encode_files({input}, "", *options);
+      options->refuse_foreign_state = false;
       progress.clear();
       if (!report) return report_error(report.status());
       print_warnings(*report, /*rules=*/false, input);

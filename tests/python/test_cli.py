@@ -1291,6 +1291,24 @@ def test_an_npz_of_no_arrays_is_one_with_no_tensors(tmp_path):
     assert r.returncode == EXIT_BAD_INPUT and "not a zip archive" in error_line(r), r
 
 
+def test_eval_refuses_another_models_state_as_encode_does(tmp_path):
+    np.savez(tmp_path / "s1.npz", b=np.ones(3, np.float32), w=np.linspace(-1, 1, 5, dtype=np.float32))
+    np.savez(tmp_path / "s3.npz", x=np.ones(3, np.float32))
+    ef = tmp_path / "ef.gcz"
+    gcz("encode", tmp_path / "s1.npz", "-o", tmp_path / "o.gcz", "-c", "topk:k=1", "--ef-state", ef, "-q", check=True)
+    refused = []
+    for command in (["encode", tmp_path / "s3.npz", "-o", tmp_path / "o3.gcz", "--ef-state", ef],
+                    ["eval", "--steps", tmp_path / "s3.npz", tmp_path / "s1.npz", "--ef", "--ef-state", ef]):
+        r = gcz(*command)
+        assert r.returncode == EXIT_USAGE and r.stdout == "", r
+        refused.append(error_line(r).split(" (see ")[0])
+    assert refused[0] == refused[1], refused
+    assert f"the state {ef} holds residuals for 'b', 'w' and none for this step's tensors 'x'" in refused[1]
+    # The first step matching, a later step of other names is warned of, not refused.
+    r = gcz("eval", "--steps", tmp_path / "s1.npz", tmp_path / "s3.npz", "--ef", "--ef-state", ef, "-q", check=True)
+    assert "no tensor of this step is named as one of the step before" in r.stderr, r.stderr
+
+
 def test_meta_that_is_not_utf8_is_refused(tmp_path):
     np.save(tmp_path / "a.npy", np.ones(4, np.float32))
     for meta in ("\udcff=1", "k=v\udcfe"):  # the bytes 0xff and 0xfe
