@@ -148,13 +148,21 @@ Result<EncodeReport> encode_adaptive(const std::vector<std::string>& inputs, con
 }  // namespace
 
 Result<CodecRule> parse_codec_rule(const std::string& text) {
-  const auto eq = text.find('=');
+  std::size_t eq = 0;  // the first '=' the glob does not escape
+  while (eq < text.size() && text[eq] != '=') eq += text[eq] == '\\' ? 2 : 1;
+  if (eq >= text.size()) eq = std::string::npos;
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
     return invalid_argument("--rule '" + text + "': expected GLOB=SPEC, e.g. '*.bias=none'");
   }
   CodecRule rule{text.substr(0, eq), text.substr(eq + 1)};
   auto plan = parse_encoding_plan(rule.spec);
-  if (!plan) return plan.status().with_context("--rule '" + text + "'");
+  if (!plan) {
+    // "a=b=none": an '=' before the spec's parameters is more likely the name's own.
+    const bool name_eq = rule.spec.find('=') < rule.spec.find(':');
+    return Status(plan.status().code(),
+                  plan.status().message() + (name_eq ? " (a '=' in a tensor's name is written '\\=' in GLOB)" : ""))
+        .with_context("--rule '" + text + "'");
+  }
   return rule;
 }
 

@@ -1291,6 +1291,19 @@ def test_an_npz_of_no_arrays_is_one_with_no_tensors(tmp_path):
     assert r.returncode == EXIT_BAD_INPUT and "not a zip archive" in error_line(r), r
 
 
+def test_a_rule_for_a_name_with_an_equals_sign_escapes_it(tmp_path):
+    write_safetensors(tmp_path / "t.safetensors", {"lr=0.1/w": np.ones(300, np.float32),
+                                                   "v": np.ones(300, np.float32)})
+    rep = json.loads(gcz("eval", tmp_path / "t.safetensors", "--rule", "lr\\=0.1/*=none", "--rule", "v=bf16",
+                         "--json", check=True).stdout)
+    assert {t["name"]: t["codec"] for t in rep["tensors"]} == {"lr=0.1/w": "none", "v": "bf16"}, rep["tensors"]
+    r = gcz("eval", tmp_path / "t.safetensors", "--rule", "lr=0.1/*=none")
+    assert r.returncode == EXIT_USAGE, r
+    assert "(a '=' in a tensor's name is written '\\=' in GLOB)" in error_line(r), r.stderr
+    r = gcz("eval", tmp_path / "t.safetensors", "--rule", "v=qsgd:bits=x")
+    assert r.returncode == EXIT_USAGE and "GLOB" not in error_line(r), r.stderr
+
+
 def test_eval_refuses_another_models_state_as_encode_does(tmp_path):
     np.savez(tmp_path / "s1.npz", b=np.ones(3, np.float32), w=np.linspace(-1, 1, 5, dtype=np.float32))
     np.savez(tmp_path / "s3.npz", x=np.ones(3, np.float32))

@@ -41,7 +41,8 @@ struct CodecRule {
   std::string spec;
 };
 
-// Parses "GLOB=SPEC", split at the first '=' (a glob has none; a spec may); the spec is checked.
+// Parses "GLOB=SPEC", split at the first '=' not escaped as "\=" (a glob's own '=' is; a spec may
+// hold more); the spec is checked.
 Result<CodecRule> parse_codec_rule(const std::string& text);
 
 struct Progress {
