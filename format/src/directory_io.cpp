@@ -399,9 +399,21 @@ class DirectoryWriter final : public SequentialWriter {
 
 // The output directory may not exist yet, or may exist empty; anything else would be merged into.
 Status check_output_directory(const std::string& path) {
+  std::string trimmed = path;  // "out/" is "out", whose status a file named so would hide behind ENOTDIR
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string last = fs::path(trimmed).filename().string();
+  if (last.empty() || last == "." || last == "..") {
+    // A temporary directory is renamed into place: not over one named by '.' or '..', nor over '/'.
+    return invalid_argument(path + ": the output directory needs a name of its own (e.g. restored/), not '" +
+                            (last.empty() ? trimmed : last) + "'");
+  }
   std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
+  const fs::file_status st = fs::symlink_status(trimmed, ec);
   if (!fs::exists(st)) return Status::ok();
+  if (fs::is_symlink(st)) {
+    return invalid_argument(path + ": exists and is a symbolic link; the output directory is made anew and " +
+                            "renamed into place, not through a link");
+  }
   if (!fs::is_directory(st)) return invalid_argument(path + ": exists and is not a directory");
   if (!fs::is_empty(path, ec) || ec) {
     return invalid_argument(path + ": the output directory exists and is not empty; remove it or choose another");

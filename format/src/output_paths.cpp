@@ -71,6 +71,9 @@ namespace {
 
 // A .gcz file under a tensor format's extension would be read as that format, and fail.
 Status check_gcz_output_name(const std::string& path) {
+  if (!path.empty() && path.back() == '/') {
+    return invalid_argument(path + ": a name ending in '/' is a directory's, and a .gcz is a file: name it NAME.gcz");
+  }
   const auto format = tensor_format_from_path(path);
   if (!format || *format == TensorFileFormat::kDirectory) return Status::ok();
   const std::string ext = std::filesystem::path(path).extension().string();

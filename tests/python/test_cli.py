@@ -1291,6 +1291,29 @@ def test_an_npz_of_no_arrays_is_one_with_no_tensors(tmp_path):
     assert r.returncode == EXIT_BAD_INPUT and "not a zip archive" in error_line(r), r
 
 
+def test_outputs_that_cannot_be_renamed_into_place_are_refused_first(tmp_path):
+    np.save(tmp_path / "w.npy", np.ones(4, np.float32))
+    gcz("encode", tmp_path / "w.npy", "-o", tmp_path / "w.gcz", "-q", check=True)
+    (tmp_path / "plain.txt").write_text("x")
+    (tmp_path / "e").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "e")
+    cases = [(["encode", tmp_path / "w.npy", "-o", "new.gcz/"], "new.gcz/: a name ending in '/' is a directory's"),
+             (["encode", tmp_path / "w.npy", "-o", "n.gcz", "--ef-state", "ef.gcz/"], "ef.gcz/: a name ending in"),
+             (["decode", tmp_path / "w.gcz", "-o", "plain.txt/"], "plain.txt/: exists and is not a directory"),
+             (["decode", tmp_path / "w.gcz", "-o", "link/"], "link/: exists and is a symbolic link")]
+    for out, name in ((".", "."), ("./", "."), ("e/..", ".."), ("/", "/")):
+        cases.append((["decode", tmp_path / "w.gcz", "-o", out], f"the output directory needs a name of its own "
+                                                                  f"(e.g. restored/), not '{name}'"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for command, words in cases:
+        r = gcz(*command, cwd=tmp_path)
+        assert r.returncode == EXIT_USAGE, (command, r)
+        assert words in error_line(r), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    gcz("decode", tmp_path / "w.gcz", "-o", "e", cwd=tmp_path, check=True)  # an existing empty one is taken
+    assert [p.name for p in (tmp_path / "e").iterdir()] == ["w.npy"]
+
+
 def test_a_rule_for_a_name_with_an_equals_sign_escapes_it(tmp_path):
     write_safetensors(tmp_path / "t.safetensors", {"lr=0.1/w": np.ones(300, np.float32),
                                                    "v": np.ones(300, np.float32)})
