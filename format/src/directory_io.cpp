@@ -442,7 +442,8 @@ WriterResult create_directory_writer(const std::string& path, const std::vector<
   // suffix (".tmp-PID-N", up to 23 bytes): 255 bytes at most on common file systems. The whole path,
   // the temporary directory's (PATH and its suffix), a slash, the name and ".npy", must fit the
   // system's limit on a path (4096 bytes with its NUL on Linux).
-  constexpr std::size_t kTempSuffix = 23, kMostName = 255, kMostFile = kMostName - 4 - kTempSuffix, kMostPath = 4095;
+  constexpr std::size_t kTempSuffix = kTempSuffixBytes, kMostName = kMostNameBytes, kMostPath = kMostPathBytes;
+  constexpr std::size_t kMostFile = kMostName - 4 - kTempSuffix;
   std::set<std::string> directories;  // every directory the names make, "a" and "a/b" for "a/b/c"
   for (const TensorInfo& t : tensors) {
     GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));

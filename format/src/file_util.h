@@ -65,8 +65,13 @@ Status check_output_file(const std::string& path);
 Status check_not_standard_output(const std::string& path);
 
 // The directory an output (a file, or a directory named with or without a trailing '/') goes into
-// exists and this process may create and rename entries in it: io_error naming it otherwise.
+// exists and this process may create and rename entries in it: io_error naming it otherwise. The
+// output's name and path leave room for the temporary suffix (invalid_argument otherwise).
 Status check_output_parent(const std::string& path);
+
+// The most bytes make_temp_path adds to a name (".tmp-PID-N"), and the most a name (255 on common file
+// systems) and a path (4096 with its NUL on Linux) may have.
+inline constexpr std::size_t kTempSuffixBytes = 23, kMostNameBytes = 255, kMostPathBytes = 4095;
 
 // Temporary paths of outputs not yet in place (files or directories), registered so that
 // remove_unfinished_outputs() (gcz/pipeline.h) can remove them for a program stopped by a signal.

@@ -46,6 +46,16 @@ Status check_output_file(const std::string& path) {
 Status check_output_parent(const std::string& path) {
   std::string trimmed = path;
   while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();  // a directory output's own name
+  const std::size_t name = std::filesystem::path(trimmed).filename().string().size();
+  if (name + kTempSuffixBytes > kMostNameBytes || trimmed.size() + kTempSuffixBytes > kMostPathBytes) {
+    const bool whole = name + kTempSuffixBytes <= kMostNameBytes;
+    return invalid_argument(path + ": a " + (whole ? "path" : "name") + " of " +
+                            std::to_string(whole ? trimmed.size() : name) +
+                            " bytes; the output is written under "
+                            "its name and a temporary suffix of up to " +
+                            std::to_string(kTempSuffixBytes) + " bytes, so at most " +
+                            std::to_string((whole ? kMostPathBytes : kMostNameBytes) - kTempSuffixBytes) + " fit");
+  }
   const std::filesystem::path dir = directory_of(trimmed);
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {

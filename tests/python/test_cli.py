@@ -1314,6 +1314,26 @@ def test_outputs_that_cannot_be_renamed_into_place_are_refused_first(tmp_path):
     assert [p.name for p in (tmp_path / "e").iterdir()] == ["w.npy"]
 
 
+def test_an_output_name_leaves_room_for_the_temporary_suffix(tmp_path):
+    np.save(tmp_path / "w.npy", np.ones(4, np.float32))
+    most = "a" * 228 + ".gcz"  # 232 bytes
+    gcz("encode", tmp_path / "w.npy", "-o", most, "-q", cwd=tmp_path, check=True)
+    for command in (["encode", tmp_path / "w.npy", "-o", "a" + most, "-q"],
+                    ["encode", tmp_path / "w.npy", "-o", "x.gcz", "--ef-state", "a" + most, "-q"],
+                    ["decode", most, "-o", "b" * 229 + ".npz"], ["decode", most, "-o", "c" * 233 + "/"]):
+        r = gcz(*command, cwd=tmp_path)
+        assert r.returncode == EXIT_USAGE, (command, r)
+        assert ": a name of 233 bytes; the output is written under its name and a temporary suffix of up to 23 " \
+               "bytes, so at most 232 fit" in error_line(r), r.stderr
+    deep = tmp_path / "d"
+    while len(str(deep)) < 4060:
+        deep = deep / ("d" * 200)
+    deep.mkdir(parents=True)
+    r = gcz("decode", tmp_path / most, "-o", deep / "out.npz")
+    assert r.returncode == EXIT_USAGE and ": a path of " in error_line(r) and "at most 4072 fit" in error_line(r), r
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([most, "w.npy", "d"])
+
+
 def test_a_rule_for_a_name_with_an_equals_sign_escapes_it(tmp_path):
     write_safetensors(tmp_path / "t.safetensors", {"lr=0.1/w": np.ones(300, np.float32),
                                                    "v": np.ones(300, np.float32)})
