@@ -60,6 +60,10 @@ class JsonShape {
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
     syntax_ = e.what();
+    // "[json.exception.parse_error.101] parse error at ...": the parser's own tag says nothing to a user.
+    if (syntax_.rfind("[json.exception.", 0) == 0 && syntax_.find("] ") != std::string::npos) {
+      syntax_.erase(0, syntax_.find("] ") + 2);
+    }
     problem_ = what_ + " is not valid JSON";
     return false;
   }

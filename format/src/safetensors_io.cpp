@@ -128,8 +128,10 @@ Result<json> parse_header_json(const std::string& path, const char* text, std::s
   return header;
 }
 
-// __metadata__: an object of strings, as the reference implementation requires (it refuses others).
+// __metadata__: an object of strings, or null for none, as the reference implementation requires (it
+// refuses others).
 Result<std::map<std::string, std::string>> parse_metadata(const std::string& path, const json& value) {
+  if (value.is_null()) return std::map<std::string, std::string>();
   if (!value.is_object()) return format_error(path + ": __metadata__ is not a JSON object of strings");
   std::map<std::string, std::string> out;
   for (auto it = value.begin(); it != value.end(); ++it) {
@@ -182,10 +184,12 @@ class SafetensorsReader final : public ReaderBase {
       offsets_.push_back(e.begin);
       numels_.push_back(e.numel);
     } else {
-      const bool is_float = e.dtype.rfind("F", 0) == 0;
-      skipped_.push_back(
-          {e.name,
-           "dtype " + e.dtype + (is_float ? " is not supported (F16, BF16, F32 and F64 are)" : " is not floating")});
+      const char* why = e.dtype.rfind("F", 0) == 0 ? " is not supported (F16, BF16, F32 and F64 are)"
+                        : known_item_size(e.dtype) != 0
+                            ? " is not floating"
+                            : " is not a safetensors dtype gcz knows (F16, BF16, F32 and F64 "
+                              "are the floating ones it reads)";
+      skipped_.push_back({e.name, "dtype " + e.dtype + why});
     }
   }
 

@@ -1334,6 +1334,26 @@ def test_an_output_name_leaves_room_for_the_temporary_suffix(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([most, "w.npy", "d"])
 
 
+def test_safetensors_edges_said_as_the_format_says_them(tmp_path):
+    """__metadata__: null is no metadata (the format's library reads it so); a dtype the format does
+    not define is named as such; a header that is not JSON says where, without the parser's tag."""
+    text = json.dumps({"__metadata__": None, "a": {"dtype": "f32", "shape": [3], "data_offsets": [0, 12]},
+                       "b": {"dtype": "F32", "shape": [3], "data_offsets": [12, 24]}}).encode()
+    (tmp_path / "t.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + bytes(24))
+    r = gcz("eval", tmp_path / "t.safetensors", "-q", check=True)
+    assert r.stderr == (f"gcz: note: skipped {tmp_path / 't.safetensors'}: a: dtype f32 is not a safetensors dtype "
+                        "gcz knows (F16, BF16, F32 and F64 are the floating ones it reads)\n"), r.stderr
+    gcz("encode", tmp_path / "t.safetensors", "-o", tmp_path / "t.gcz", "-q", check=True)
+    assert json.loads(gcz("info", tmp_path / "t.gcz", "--json", check=True).stdout)["metadata"] == {}
+    text = b'{"a": 1,,}'
+    (tmp_path / "bad.safetensors").write_bytes(struct.pack("<Q", len(text)) + text)
+    r = gcz("eval", tmp_path / "bad.safetensors")
+    assert r.returncode == EXIT_BAD_INPUT, r
+    assert error_line(r) == (f"gcz: error: {tmp_path / 'bad.safetensors'}: safetensors header is not valid JSON: "
+                             "parse error at line 1, column 9: syntax error while parsing object key - unexpected ','; "
+                             "expected string literal"), r.stderr
+
+
 def test_a_rule_for_a_name_with_an_equals_sign_escapes_it(tmp_path):
     write_safetensors(tmp_path / "t.safetensors", {"lr=0.1/w": np.ones(300, np.float32),
                                                    "v": np.ones(300, np.float32)})
