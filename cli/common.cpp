@@ -379,7 +379,10 @@ Result<uint64_t> parse_size(const std::string& text) {
   }
   if (bytes) bytes = checked_mul(*bytes, unit->second);
   if (!bytes) return invalid_argument("--budget: '" + text + "' is more than 2^64 - 1 bytes");
-  if (*bytes == 0) return invalid_argument("--budget: '" + text + "' is 0 bytes; a .gcz takes at least 96");
+  if (*bytes < 96) {  // a .gcz of no tensor: its header, an index of no tensor, its trailer
+    return invalid_argument("--budget: '" + text + "' is " + std::to_string(*bytes) +
+                            " bytes; a .gcz takes at least 96");
+  }
   return *bytes;
 }
 

@@ -158,7 +158,7 @@ int usage_error(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) 
 std::optional<int> help_command(CLI::App& app, int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "help") return std::nullopt;
   const std::string asked = argc > 2 ? argv[2] : "";
-  if (argc == 2 || (argc == 3 && (asked == "--help" || asked == "-h"))) {
+  if (argc == 2 || (argc == 3 && (asked == "--help" || asked == "-h" || asked == "help"))) {
     std::printf("%s", app.help().c_str());
     return gcz::cli::kExitOk;
   }
