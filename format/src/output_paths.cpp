@@ -19,16 +19,24 @@
 namespace gcz {
 namespace detail {
 
-Status check_not_standard_output(const std::string& path) {
-  if (path != "-") return Status::ok();
-  return invalid_argument(
-      "-: gcz writes its outputs to named files (a temporary one renamed into place), not to standard output; give "
-      "a file name");
+Status check_output_spelling(const std::string& path) {
+  if (path == "-") {
+    return invalid_argument(
+        "-: gcz writes its outputs to named files (a temporary one renamed into place), not to standard output; "
+        "give a file name");
+  }
+  if (!path.empty() && path[0] == '=') {  // what "-o=out.gcz" gives a short option
+    return invalid_argument(path +
+                            ": an output named with a leading '=', as -o=NAME gives; write -o NAME (or "
+                            "--output=NAME), or ./" +
+                            path + " for that name");
+  }
+  return Status::ok();
 }
 
 Status check_output_file(const std::string& path) {
   if (path.empty()) return invalid_argument("no output path given");
-  GCZ_RETURN_IF_ERROR(check_not_standard_output(path));
+  GCZ_RETURN_IF_ERROR(check_output_spelling(path));
   if (path.find('\0') != std::string::npos) {  // the system would end it there, at another file's name
     return invalid_argument(path.substr(0, path.find('\0')) + "...: a path cannot hold a NUL character");
   }

@@ -93,7 +93,7 @@ Result<std::unique_ptr<TensorFileWriter>> create_tensor_file(const std::string& 
                                                              const std::vector<TensorInfo>& tensors,
                                                              const WriteOptions& options) {
   if (path.empty()) return invalid_argument("no output path given");
-  GCZ_RETURN_IF_ERROR(detail::check_not_standard_output(path));
+  GCZ_RETURN_IF_ERROR(detail::check_output_spelling(path));
   GCZ_RETURN_IF_ERROR(detail::check_tensor_list(path, tensors));
   const auto format = tensor_format_from_path(path);
   if (!format) return unknown_extension(path, true);

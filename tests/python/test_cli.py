@@ -1300,7 +1300,9 @@ def test_outputs_that_cannot_be_renamed_into_place_are_refused_first(tmp_path):
     cases = [(["encode", tmp_path / "w.npy", "-o", "new.gcz/"], "new.gcz/: a name ending in '/' is a directory's"),
              (["encode", tmp_path / "w.npy", "-o", "n.gcz", "--ef-state", "ef.gcz/"], "ef.gcz/: a name ending in"),
              (["decode", tmp_path / "w.gcz", "-o", "plain.txt/"], "plain.txt/: exists and is not a directory"),
-             (["decode", tmp_path / "w.gcz", "-o", "link/"], "link/: exists and is a symbolic link")]
+             (["decode", tmp_path / "w.gcz", "-o", "link/"], "link/: exists and is a symbolic link"),
+             (["decode", tmp_path / "w.gcz", "-o=d/"], "=d/: an output named with a leading '='"),
+             (["decode", tmp_path / "w.gcz", "-o=w.npz"], "=w.npz: an output named with a leading '='")]
     for out, name in ((".", "."), ("./", "."), ("e/..", ".."), ("/", "/")):
         cases.append((["decode", tmp_path / "w.gcz", "-o", out], f"the output directory needs a name of its own "
                                                                   f"(e.g. restored/), not '{name}'"))
@@ -1883,6 +1885,7 @@ def test_a_rule_that_chose_one_tensor_is_not_said_to_have_chosen_none(tmp_path):
     (["eval", "-lead.npy"], "unexpected argument '-lead.npy' for gcz eval (an unknown option; a file whose name "
                             "starts with '-' is given as ./-lead.npy or after --)"),
     (["verify", "-x.gcz"], "unexpected argument '-x.gcz' for gcz verify (an unknown option;"),
+    (["encode", "x.npy", "-o=x.gcz"], "=x.gcz: an output named with a leading '=', as -o=NAME gives; write -o NAME"),
 ])
 def test_command_line_mistakes_are_one_line(args, words):
     r = gcz(*args)
