@@ -85,8 +85,9 @@ std::string hdf5_error_text() {
   const std::size_t at = text.find(tag), cut = text.find(": time = ");
   if (at != std::string::npos && cut != std::string::npos && cut < at) {
     const std::size_t end = text.find('\'', at + tag.size());
-    if (end != std::string::npos)
+    if (end != std::string::npos) {
       return text.substr(0, cut) + ": " + text.substr(at + tag.size(), end - at - tag.size());
+    }
   }
   return text;
 }

@@ -21,6 +21,13 @@
 #include "parallel.h"
 #include "powersgd_host.h"
 
+#ifdef GCZ_HAVE_OPENBLAS
+// OpenBLAS's own call to stop its worker threads (what it does before a fork), exported by its
+// pthreads build though not declared in cblas.h: weak, so a build without it (serial, OpenMP) links
+// and skips it.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+#endif
+
 namespace gcz {
 namespace {
 
@@ -125,13 +132,6 @@ Result<std::string> fallback_reason(const TensorInfo& t, const Config& c) {
   }
   return std::string();
 }
-
-#ifdef GCZ_HAVE_OPENBLAS
-// OpenBLAS's own call to stop its worker threads (what it does before a fork), exported by its
-// pthreads build though not declared in cblas.h: weak, so a build without it (serial, OpenMP) links
-// and skips it.
-extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
-#endif
 
 // Pins OpenBLAS to one thread, once: the bytes must not depend on the core count (docs: determinism).
 void pin_blas_threads() {
