@@ -11,11 +11,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "file_util.h"
+#include "gcz/status.h"
 
 namespace gcz::detail {
 
@@ -28,18 +32,20 @@ class JsonShape {
   JsonShape(std::string what, std::size_t max_depth, std::string lenient = {})
       : what_(std::move(what)), max_depth_(max_depth), lenient_(std::move(lenient)) {}
 
-  bool null() { return true; }
-  bool boolean(bool) { return true; }
-  bool number_integer(json::number_integer_t) { return true; }
-  bool number_unsigned(json::number_unsigned_t) { return true; }
-  bool number_float(json::number_float_t, const json::string_t&) { return true; }
-  bool string(json::string_t&) { return true; }
-  bool binary(json::binary_t&) { return true; }
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }
+  bool number_unsigned(json::number_unsigned_t) { return value(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
+  bool string(json::string_t& s) { return value(kStringBytes + text_bytes(s)); }
+  bool binary(json::binary_t&) { return value(); }
   bool start_object(std::size_t) {
     objects_.emplace_back();
+    value(kObjectBytes);
     return enter();
   }
   bool key(json::string_t& k) {
+    dom_bytes_ += kMemberBytes + text_bytes(k);
     if (depth_ == 1) outer_key_ = k;
     if (depth_ > 1 && !lenient_.empty() && outer_key_ == lenient_) return true;
     if (objects_.back().insert(k).second) return true;
@@ -53,7 +59,10 @@ class JsonShape {
     --depth_;
     return true;
   }
-  bool start_array(std::size_t) { return enter(); }
+  bool start_array(std::size_t) {
+    value(kArrayBytes);
+    return enter();
+  }
   bool end_array() {
     --depth_;
     return true;
@@ -77,8 +86,22 @@ class JsonShape {
   const std::string& outer_key() const { return outer_key_; }
   // The parser's own words for a syntax error, if that is the problem.
   const std::string& syntax_error() const { return syntax_; }
+  // About the most memory nlohmann::json's tree of the text takes, in bytes (allocator overhead in):
+  // what a caller checks before building it. A text of many small values takes many times its size
+  // (a 64 MiB array of {} about 2 GiB), and a tree that runs out of memory while it is being built
+  // cannot be given back: nlohmann's clean-up allocates, in a destructor that may not throw.
+  uint64_t dom_bytes() const { return dom_bytes_; }
 
  private:
+  // A value's own 16 bytes, twice for the spare room of the array it may sit in, and what it allocates.
+  static constexpr uint64_t kValueBytes = 32, kStringBytes = 48, kObjectBytes = 64, kArrayBytes = 48;
+  static constexpr uint64_t kMemberBytes = 96;  // a map node: its links, its key's string
+  static uint64_t text_bytes(const std::string& s) { return s.size() > 15 ? s.size() + 17 : 0; }  // past SSO
+  bool value(uint64_t allocates = 0) {
+    dom_bytes_ += kValueBytes + allocates;
+    return true;
+  }
+
   bool enter() {
     if (++depth_ <= max_depth_) return true;
     problem_ = "arrays and objects in " + what_ + " nest more than " + std::to_string(max_depth_) + " deep";
@@ -92,6 +115,18 @@ class JsonShape {
   std::size_t depth_ = 0;
   std::string problem_, duplicate_, syntax_, outer_key_;
   std::size_t duplicate_depth_ = 0;
+  uint64_t dom_bytes_ = 0;
 };
+
+// kUnsupported where the tree of a text `shape` has read would take more than half the memory this
+// process may use (memory_limit_bytes(): the rest is for the work the text describes); `where` names
+// the text ("grads.gcz: the index").
+inline Status check_json_memory(const JsonShape& shape, const std::string& where) {
+  const uint64_t memory = memory_limit_bytes();
+  if (memory == 0 || shape.dom_bytes() <= memory / 2) return Status::ok();
+  return unsupported(where + " would take about " + std::to_string(shape.dom_bytes() >> 20) +
+                     " MiB of memory to read, more than half of what this process may use (" +
+                     std::to_string(memory >> 20) + " MiB)");
+}
 
 }  // namespace gcz::detail

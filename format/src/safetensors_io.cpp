@@ -122,6 +122,7 @@ Result<json> parse_header_json(const std::string& path, const char* text, std::s
     if (shape.outer_key().empty()) return format_error(path + ": " + shape.problem());
     return format_error(tensor_context(path, shape.outer_key()) + ": " + shape.problem());
   }
+  GCZ_RETURN_IF_ERROR(check_json_memory(shape, path + ": the safetensors header"));
   json header = json::parse(text, text + size, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) return format_error(path + ": safetensors header is not valid JSON");
   if (!header.is_object()) return format_error(path + ": safetensors header is not a JSON object");

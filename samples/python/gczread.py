@@ -84,9 +84,10 @@ Limits:
   count times the codec's ``PEAK_BYTES_PER_ELEMENT``, 18 to 54; default: the machine's physical
   memory, or the limit of this process's cgroup (v2, or v1's memory controller) or one above it
   where lower; ``None``: no limit), or whose decoding runs out of memory, from
-  ``read``, ``read_bits`` and ``verify``, with the bytes its decoded values take. (A process the
-  kernel lets overcommit does not see a MemoryError: it is killed, which the estimate is there to
-  prevent.)
+  ``read``, ``read_bits`` and ``verify``, with the bytes its decoded values take; and, from
+  ``GczFile()``, an index that runs out of memory as it is read (millions of small values take many
+  times their bytes). (A process the kernel lets overcommit does not see a MemoryError: it is
+  killed, which the estimate is there to prevent.)
 
 Decoding follows CODECS.md bit-exactly: widening is exact, narrowing rounds to nearest-even in one
 step, overflow gives +-Inf, and a NaN keeps its sign, has its payload truncated (or, widening,
@@ -1387,6 +1388,8 @@ def _parse_index_text(raw: bytes) -> Dict[str, Any]:
                              f"arrays and objects in the index nest more than {MAX_DEPTH} deep") from None
     except (ValueError, UnicodeError) as e:
         raise GczFormatError("index-json", f"the index is not valid UTF-8 JSON ({e})") from None
+    except MemoryError:  # an index of millions of small values takes many times its size to hold
+        raise GczFormatError("reader-limit", f"out of memory reading the index ({len(raw)} bytes of JSON)") from None
     if not isinstance(obj, dict):
         raise GczFormatError("index-json", "the index is not a JSON object")
     return obj

@@ -2191,6 +2191,35 @@ def with_index(src: Path, dst: Path, edit) -> None:
     dst.write_bytes(b[:off] + text + struct.pack("<QQQ", off, len(text), xxhash.xxh3_64_intdigest(text)) + b[-8:])
 
 
+def test_an_index_too_costly_to_read_is_refused_not_a_crash(tmp_path):
+    """An index of millions of small values (here 8 Mi empty objects under a key readers ignore, 24 MiB)
+    would take about 800 MiB to read: refused with one line where that is more than half of what the
+    process may use, instead of ending in an abort when the memory runs out; read where it is not."""
+    import resource
+    np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32))
+    gcz("encode", tmp_path / "v.npy", "-o", tmp_path / "v.gcz", "-q", check=True)
+
+    def padded(text: bytes) -> bytes:
+        return text[:-1] + b',"x":[' + b",".join([b"{}"] * (8 << 20)) + b"]}"
+
+    with_index(tmp_path / "v.gcz", tmp_path / "big.gcz", padded)
+    limit = 1 << 30
+
+    def limited(*command):
+        return subprocess.run([str(GCZ), *map(str, command)], capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+
+    if limited("--version").returncode != 0:
+        pytest.skip("this gcz cannot start under a 1 GiB address-space limit (a sanitizer build reserves more)")
+    for command in (["verify", tmp_path / "big.gcz"], ["info", tmp_path / "big.gcz"]):
+        r = limited(*command)
+        assert r.returncode == EXIT_UNSUPPORTED, r
+        assert re.fullmatch(rf"gcz: error: {re.escape(str(tmp_path / 'big.gcz'))}: the index would take about \d+ MiB "
+                            r"of memory to read, more than half of what this process may use \(1024 MiB\)",
+                            error_line(r)), r.stderr
+    assert "(1 tensor, 1 stream, " in gcz("verify", tmp_path / "big.gcz", check=True).stdout
+
+
 def test_a_tensor_too_large_to_decode_whole_is_refused(tmp_path):
     """A tiny file may claim a Top-K tensor of 2^40 elements; decoding it whole is refused, not tried."""
     np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32))

@@ -1702,6 +1702,24 @@ def test_out_of_memory_while_decoding(tmp_path, monkeypatch):
     assert "out of memory" in str(ei.value) and "40 bytes" in str(ei.value)
 
 
+def test_out_of_memory_while_reading_the_index(tmp_path, monkeypatch):
+    """An index that runs out of memory as it is read (millions of small values) is a reader-limit
+    GczFormatError from GczFile(), not a bare MemoryError."""
+    real_loads = gczread.json.loads
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate")
+    path = tmp_path / "topk.gcz"
+    path.write_bytes(_victim(tmp_path, np.arange(10.0), "topk:k=1"))
+    monkeypatch.setattr(gczread.json, "loads", no_memory)
+    with pytest.raises(GczFormatError) as ei:
+        GczFile(path)
+    assert ei.value.rule == "reader-limit" and "out of memory reading the index" in str(ei.value)
+    monkeypatch.setattr(gczread.json, "loads", real_loads)
+    with GczFile(path) as f:
+        assert f.read("t").shape == (10,)
+
+
 def test_command_line_cannot_open(tmp_path):
     """A missing or unreadable file is one line on stderr, exit status 1, no traceback."""
     for path in (tmp_path / "missing.gcz", tmp_path):
