@@ -138,6 +138,8 @@ class AtomicFile {
   int fd_ = -1;
   int kept_ = -1;  // once closed, until in place: a descriptor of the file, to name its version
   uint64_t pos_ = 0;
+  static constexpr uint64_t kWriteBehindBytes = uint64_t{32} << 20;
+  uint64_t written_behind_ = 0;  // the bytes before this were handed to the disk (durable files)
   bool durable_ = true;
   bool committed_ = false;
   std::optional<FileVersion> replaces_;
