@@ -165,10 +165,11 @@ RunFn add_bench_command(CLI::App& app) {
     if (a->inputs.empty()) {
       const int64_t most = static_cast<int64_t>(bench_max_synthetic_bytes() >> 20);
       if (a->size_mib < 1 || a->size_mib > most) {
-        return report_error(invalid_argument("--size-mib must be 1.." + std::to_string(most) +
-                                             " on this machine (a fifth of its memory: the run holds about five "
-                                             "copies of the data), got " +
-                                             std::to_string(a->size_mib)));
+        return report_error(
+            invalid_argument("--size-mib must be 1.." + std::to_string(most) +
+                             " here (a fifth of the memory this process may use: the run holds about five "
+                             "copies of the data), got " +
+                             std::to_string(a->size_mib)));
       }
     }
     BenchOptions o;

@@ -241,8 +241,9 @@ int run(int argc, char** argv) {
     // Either way: one line, and the unfinished outputs go (their destructors ran on the way here).
     try {
       return run();
-    } catch (const std::bad_alloc&) {
+    } catch (const std::bad_alloc&) {  // the machine's limit, not a bug: as for a tensor too large for it
       std::fprintf(stderr, "gcz: error: out of memory\n");
+      return kExitUnsupported;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gcz: error: internal error: %s\n", e.what());
     }

@@ -329,7 +329,7 @@ Result<BenchYardstick> measure_yardstick(const std::byte* src, std::byte* dst, s
 }  // namespace
 
 uint64_t bench_max_synthetic_bytes() {
-  const uint64_t memory = detail::physical_memory_bytes();
+  const uint64_t memory = detail::memory_limit_bytes();
   return memory > 0 ? memory / 5 : uint64_t{1} << 44;
 }
 
@@ -346,10 +346,10 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
     }
   }
   if (options.inputs.empty() && options.synthetic_bytes > bench_max_synthetic_bytes()) {
-    return invalid_argument("synthetic data of " + std::to_string(options.synthetic_bytes >> 20) +
-                            " MiB is more than this machine allows, " +
-                            std::to_string(bench_max_synthetic_bytes() >> 20) +
-                            " MiB (a fifth of its memory: the run holds about five copies of the data)");
+    return invalid_argument(
+        "synthetic data of " + std::to_string(options.synthetic_bytes >> 20) +
+        " MiB is more than this machine allows, " + std::to_string(bench_max_synthetic_bytes() >> 20) +
+        " MiB (a fifth of the memory this process may use: the run holds about five copies of the data)");
   }
   BenchResult result;
   GCZ_ASSIGN_OR_RETURN(result.backend, resolve_backend(options.device));

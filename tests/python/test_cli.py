@@ -2220,6 +2220,21 @@ def test_an_index_too_costly_to_read_is_refused_not_a_crash(tmp_path):
     assert "(1 tensor, 1 stream, " in gcz("verify", tmp_path / "big.gcz", check=True).stdout
 
 
+def test_bench_keeps_its_data_within_the_memory_the_process_may_use(tmp_path):
+    import resource
+    limit = 1 << 30
+
+    def limited(*command):
+        return subprocess.run([str(GCZ), *map(str, command)], capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+
+    if limited("--version").returncode != 0:
+        pytest.skip("this gcz cannot start under a 1 GiB address-space limit (a sanitizer build reserves more)")
+    r = limited("bench", "--size-mib", "400", "-c", "fp16")
+    assert r.returncode == EXIT_USAGE and r.stdout == "", r
+    assert "--size-mib must be 1..204 here (a fifth of the memory this process may use" in error_line(r), r.stderr
+
+
 def test_a_tensor_too_large_to_decode_whole_is_refused(tmp_path):
     """A tiny file may claim a Top-K tensor of 2^40 elements; decoding it whole is refused, not tried."""
     np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32))

@@ -146,7 +146,7 @@ TEST(Bench, RefusesBadOptionsAndSpecsBeforeMeasuring) {
       {{"fp16", "qsgd:bits=9"}, small({1}), "qsgd:bits=9"},
       {{"fp16+zstd:level=0"}, small({1}), "level"},
       {{"fp17"}, missing_input, "fp17"},
-      {{"fp16"}, too_large, "a fifth of its memory"},
+      {{"fp16"}, too_large, "a fifth of the memory this process may use"},
   };
   for (Case& c : cases) {
     bool measured = false;

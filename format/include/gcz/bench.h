@@ -67,8 +67,9 @@ struct BenchResult {
   std::vector<BenchRow> rows;
 };
 
-// The most synthetic bytes run_bench takes on this machine: a fifth of its physical memory, since a
-// run holds about five copies of the data (the input, the memcpy yardstick's copy, the streams, the
+// The most synthetic bytes run_bench takes on this machine: a fifth of the memory this process may use
+// (its physical memory, or less under ulimit -v or -d or a cgroup's limit), since a run holds about
+// five copies of the data (the input, the memcpy yardstick's copy, the streams, the
 // decoded values, a stream's bytes before zstd); 16 TiB where the memory is unknown.
 uint64_t bench_max_synthetic_bytes();
 
