@@ -173,7 +173,9 @@ Result<EncodingPlan> parse_encoding_plan(std::string_view text) {
 }
 
 int nested_codec_depth(std::string_view text) {
-  auto opens_a_codec = [&](std::size_t i) {  // text[i] == '(' right after "values=", "factors=" or "fallback="
+  // Whether text[i] begins the value of "values=", "factors=" or "fallback=": a nested codec, in
+  // parentheses or (one without parameters) bare, "values=fp16" as "values=(fp16)".
+  auto begins_a_codec = [&](std::size_t i) {
     for (std::string_view key : {"values=", "factors=", "fallback="}) {
       if (i >= key.size() && text.substr(i - key.size(), key.size()) == key &&
           (i == key.size() || text[i - key.size() - 1] == ',' || text[i - key.size() - 1] == ':')) {
@@ -185,10 +187,11 @@ int nested_codec_depth(std::string_view text) {
   std::vector<bool> open;  // per '(' still open: whether it holds a codec
   int depth = 0, deepest = 0;
   for (std::size_t i = 0; i < text.size(); ++i) {
+    const bool codec = begins_a_codec(i);
+    if (codec) deepest = std::max(deepest, depth + 1);
     if (text[i] == '(') {
-      open.push_back(opens_a_codec(i));
-      depth += open.back() ? 1 : 0;
-      deepest = std::max(deepest, depth);
+      open.push_back(codec);
+      depth += codec ? 1 : 0;
     } else if (text[i] == ')' && !open.empty()) {
       depth -= open.back() ? 1 : 0;
       open.pop_back();

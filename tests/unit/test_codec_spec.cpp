@@ -171,6 +171,15 @@ TEST(MakeCodec, ValueCodecsNestAtMost64Deep) {
   // A word in parentheses is no level; PowerSGD's fallback is one.
   EXPECT_EQ(nested_codec_depth("topk:values=(qsgd:scale=(max),rounding=(nearest))"), 1);
   EXPECT_EQ(nested_codec_depth("powersgd:factors=(bf16),fallback=(topk:values=(fp16))"), 2);
+  // A bare codec is a level as its parenthesized spelling is (CODECS.md), the numpy reader counting so.
+  EXPECT_EQ(nested_codec_depth("topk:values=fp16"), 1);
+  EXPECT_EQ(nested_codec_depth("topk:values=(topk:values=fp16)"), 2);
+  EXPECT_EQ(nested_codec_depth("powersgd:factors=bf16,fallback=fp16"), 1);
+  EXPECT_EQ(nested_codec_depth("qsgd"), 0);
+  std::string bare = "fp16";  // 65 levels with the innermost bare, as gcz writes a codec without parameters
+  for (int i = 0; i < most; ++i) bare = "topk:values=" + (i == 0 ? bare : "(" + bare + ")");
+  EXPECT_EQ(nested_codec_depth("topk:values=(" + bare + ")"), most + 1);
+  EXPECT_FALSE(check_encoding_plan("topk:values=(" + bare + ")"));
   std::string deep_word = "qsgd:scale=(max)";
   for (int i = 1; i < most; ++i) deep_word = "topk:values=(" + deep_word + ")";
   EXPECT_TRUE(make_codec("topk", Params{{"values", deep_word}}, Backend::kCpu));

@@ -33,8 +33,9 @@ struct CodecSpec {
 
 Result<CodecSpec> parse_codec_spec(std::string_view text);
 
-// How deep codec-valued parameters (values, factors, fallback) nest inside `text`:
-// "topk:values=(topk:values=(fp16))" is 2, "qsgd:scale=(max)" 0. Counted before anything recurses.
+// How deep codec-valued parameters (values, factors, fallback) nest inside `text`, in parentheses or
+// bare: "topk:values=(topk:values=(fp16))" and "topk:values=(topk:values=fp16)" are 2,
+// "qsgd:scale=(max)" 0. Counted before anything recurses.
 int nested_codec_depth(std::string_view text);
 
 // `text` with every parameter left out that has its default, in nested value codecs too
