@@ -146,7 +146,12 @@ Result<std::unique_ptr<GczWriter>> GczWriter::create(const std::string& path, st
 
 Status GczWriter::begin_tensor(const TensorRecord& record) {
   Impl& w = *impl_;
-  if (w.in_tensor || w.finished) return internal_error("begin_tensor out of order");
+  if (w.in_tensor || w.finished)
+    return invalid_argument("begin_tensor out of order: a tensor is open, or the file finished");
+  if (!detail::is_utf8(record.info.name)) {  // the index would hold another name (U+FFFD for the bytes)
+    return invalid_argument(w.path + ": tensor '" + std::string(detail::utf8_prefix(record.info.name, 64)) +
+                            "': a .gcz tensor name is UTF-8 text (docs/FORMAT.md, 5.2)");
+  }
   w.in_tensor = true;
   w.current = record;
   w.current.metrics.reset();
@@ -169,7 +174,8 @@ Status GczWriter::begin_tensor(const TensorRecord& record) {
 
 Status GczWriter::append(std::size_t stream, ByteSpan bytes) {
   Impl& w = *impl_;
-  if (!w.in_tensor || stream >= w.streams.size()) return internal_error("append to no stream");
+  if (!w.in_tensor || stream >= w.streams.size())
+    return invalid_argument("append to no stream: no tensor is open, or it has no stream " + std::to_string(stream));
   StreamState& st = *w.streams[stream];
   st.record.size += bytes.size();
   if (bytes.empty()) return Status::ok();
@@ -180,7 +186,7 @@ Status GczWriter::append(std::size_t stream, ByteSpan bytes) {
 
 Result<const TensorRecord*> GczWriter::end_tensor() {
   Impl& w = *impl_;
-  if (!w.in_tensor) return internal_error("end_tensor without begin_tensor");
+  if (!w.in_tensor) return invalid_argument("end_tensor without begin_tensor");
   for (std::size_t s = 0; s < w.streams.size(); ++s) GCZ_RETURN_IF_ERROR(w.finish_stream(s));
   w.current.streams.clear();
   for (const auto& st : w.streams) w.current.streams.push_back(st->record);
@@ -202,7 +208,8 @@ uint64_t GczWriter::index_entry_bytes(const TensorRecord& record) const {
 
 Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& metadata, bool in_place) {
   Impl& w = *impl_;
-  if (w.in_tensor || w.finished) return internal_error("finish out of order");
+  if (w.in_tensor || w.finished)
+    return invalid_argument("finish out of order: a tensor is open, or the file finished already");
   for (const auto& [key, value] : metadata) {
     if (!detail::is_utf8(key) || !detail::is_utf8(value)) {
       return invalid_argument(w.path + ": metadata '" + key +
@@ -219,21 +226,34 @@ Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& met
   GCZ_RETURN_IF_ERROR(w.write(text.data(), text.size()));
   const auto trailer = detail::encode_trailer(index_offset, text.size(), XXH3_64bits(text.data(), text.size()));
   GCZ_RETURN_IF_ERROR(w.write(trailer.data(), trailer.size()));
-  if (w.file) GCZ_RETURN_IF_ERROR(in_place ? w.file->commit() : w.file->close());
+  if (w.file) {
+    // Read back as a reader takes it (the index's rules; each tensor's codec, streams and sizes): a
+    // record that breaks a rule is refused here, before the file is in place, not by its next reader.
+    auto back = GczReader::open(w.file->temp_path());
+    if (!back) {
+      std::string why = back.status().message();
+      if (why.rfind(w.file->temp_path() + ": ", 0) == 0) why.erase(0, w.file->temp_path().size() + 2);
+      return invalid_argument(w.path + ": what was written would not be read back: " + why);
+    }
+    GCZ_RETURN_IF_ERROR(in_place ? w.file->commit() : w.file->close());
+  }
   w.finished = true;
   return w.pos;
 }
 
 Status GczWriter::commit() {
   Impl& w = *impl_;
-  if (!w.finished || !w.file) return internal_error("commit out of order");
+  if (!w.finished || !w.file)
+    return invalid_argument("commit out of order: the file is not finished with in_place false, or was put in place");
   return w.file->commit();
 }
 
 Status GczWriter::commit_together(GczWriter& first, GczWriter& second) {
   Impl& a = *first.impl_;
   Impl& b = *second.impl_;
-  if (!a.finished || !b.finished || !a.file || !b.file) return internal_error("commit_together out of order");
+  if (!a.finished || !b.finished || !a.file || !b.file)
+    return invalid_argument(
+        "commit_together out of order: both files must be finished with in_place false, and not put in place");
   return detail::AtomicFile::commit_together(*a.file, *b.file);
 }
 

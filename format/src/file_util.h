@@ -128,6 +128,7 @@ class AtomicFile {
   static Status commit_together(AtomicFile& first, AtomicFile& second);
   const FileVersion& version() const { return version_; }  // once committed: the file in place
   const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return tmp_path_; }  // where it is written until in place
 
  private:
   AtomicFile() = default;

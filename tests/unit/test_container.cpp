@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "gcz/container.h"
@@ -74,6 +75,68 @@ TEST(Container, MetadataThatIsNotUtf8IsRefused) {
     w->reset();
     EXPECT_FALSE(fs::exists(p));
   }
+}
+
+// finish() reads the file back as a reader would: a record its reader refuses fails there, with the
+// reader's rule, and leaves no file. Calls out of order are the caller's mistake, kInvalidArgument.
+TEST(Container, AFileItsReaderWouldRefuseIsNotWritten) {
+  const fs::path p = temp_dir("refused") / "r.gcz";
+  struct Case {
+    std::string what, rule;
+    std::function<void(TensorRecord&)> edit;
+    std::size_t bytes = 8;  // fp16 of 4 elements
+  };
+  const std::vector<Case> cases = {
+      {"a codec the format lacks", "unknown-codec", [](TensorRecord& r) { r.chain[0].name = "fp17"; }},
+      {"a codec parameter out of range", "unknown-codec",
+       [](TensorRecord& r) {
+         r.chain = {{"qsgd", {{"bits", int64_t{99}}}}};
+       }},
+      {"another codec's streams", "bad-streams", [](TensorRecord& r) { r.streams = {{.name = "codes"}}; }},
+      {"a stream of the wrong size", "stream-size", [](TensorRecord&) {}, 9},
+      {"more than 32 dimensions", "bad-shape", [](TensorRecord& r) { r.info.shape.assign(33, 1); }, 2},
+  };
+  for (const Case& c : cases) {
+    auto w = GczWriter::create(p.string());
+    ASSERT_TRUE(w);
+    TensorRecord rec = fp16_record("t", {4});
+    c.edit(rec);
+    ASSERT_TRUE((*w)->begin_tensor(rec)) << c.what;
+    ASSERT_TRUE((*w)->append(0, ByteBuffer(c.bytes))) << c.what;
+    ASSERT_TRUE((*w)->end_tensor()) << c.what;
+    auto size = (*w)->finish({});
+    ASSERT_FALSE(size) << c.what;
+    EXPECT_EQ(size.status().code(), StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(size.status().message().find(p.string() +
+                                           ": what was written would not be read back: tensor 't': " + c.rule + ": "),
+              std::string::npos)
+        << c.what << ": " << size.status().message();
+    w->reset();
+    EXPECT_FALSE(fs::exists(p)) << c.what;
+  }
+  // Two tensors of one name: the second's index entry.
+  auto w = GczWriter::create(p.string());
+  ASSERT_TRUE(w);
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE((*w)->begin_tensor(fp16_record("t", {4})));
+    ASSERT_TRUE((*w)->append(0, ByteBuffer(8)));
+    ASSERT_TRUE((*w)->end_tensor());
+  }
+  auto size = (*w)->finish({});
+  ASSERT_FALSE(size);
+  EXPECT_NE(size.status().message().find("duplicate-name"), std::string::npos) << size.status().message();
+  w->reset();
+  // A name that is not UTF-8 would be another in the index: refused at once.
+  w = GczWriter::create(p.string());
+  ASSERT_TRUE(w);
+  const Status bad_name = (*w)->begin_tensor(fp16_record("t\xff", {4}));
+  EXPECT_EQ(bad_name.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_name.message().find("a .gcz tensor name is UTF-8 text"), std::string::npos) << bad_name.message();
+  EXPECT_EQ((*w)->append(0, ByteBuffer(8)).code(), StatusCode::kInvalidArgument);  // no tensor open
+  EXPECT_EQ((*w)->end_tensor().status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("t", {4})));
+  EXPECT_EQ((*w)->finish({}).status().code(), StatusCode::kInvalidArgument);  // a tensor open
+  EXPECT_EQ((*w)->commit().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Container, StreamsAreAlignedChecksummedAndReadBack) {
@@ -205,10 +268,11 @@ TEST(Container, SecondStreamsFollowTheFirstInLayoutOrder) {
   const fs::path p = temp_dir("multi") / "m.gcz";
   auto w = GczWriter::create(p.string());
   ASSERT_TRUE(w);
-  TensorRecord rec = fp16_record("t", {4});
+  TensorRecord rec = fp16_record("t", {70});  // 8-bit QSGD: 70 bytes of codes, one group's 4-byte scale
+  rec.chain = {{"qsgd", {}}};
   rec.streams = {{.name = "codes"}, {.name = "scales"}};
   ASSERT_TRUE((*w)->begin_tensor(rec));
-  const ByteBuffer one(70, std::byte{1}), two(5, std::byte{2});
+  const ByteBuffer one(70, std::byte{1}), two(2, std::byte{2});
   ASSERT_TRUE((*w)->append(1, two));  // interleaved appends, as a chunked codec makes them
   ASSERT_TRUE((*w)->append(0, one));
   ASSERT_TRUE((*w)->append(1, two));
@@ -218,13 +282,13 @@ TEST(Container, SecondStreamsFollowTheFirstInLayoutOrder) {
   EXPECT_EQ(s[0].offset, 64u);
   EXPECT_EQ(s[0].length, 70u);
   EXPECT_EQ(s[1].offset, 192u);
-  EXPECT_EQ(s[1].length, 10u);
+  EXPECT_EQ(s[1].length, 4u);
   ASSERT_TRUE((*w)->finish({}));
   std::ifstream in(p, std::ios::binary);
   std::vector<char> file((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(file[191], 0);
   EXPECT_EQ(file[192], 2);
-  EXPECT_EQ(file[201], 2);
+  EXPECT_EQ(file[195], 2);
 }
 
 TEST(Container, EmptyAndScalarTensors) {

@@ -96,6 +96,10 @@ class GczWriter {
   static Result<std::unique_ptr<GczWriter>> create(const std::string& path,
                                                    std::optional<FileVersion> replaces = std::nullopt);
   ~GczWriter();
+  // Calls out of order (append with no tensor open, finish with one open, ...) are kInvalidArgument.
+  // finish() reads the file back as GczReader::open would before it is put in place: a record that
+  // breaks a rule of the format (a name twice, a codec or stream the reader refuses, a stream of the
+  // wrong size) fails there, kInvalidArgument, and no file is left.
 
   // Starts a tensor. `record` gives info, chain, seed and the stream names (offsets etc. are filled
   // in here). When the chain has a zstd stage, each stream is compressed if that makes its first
