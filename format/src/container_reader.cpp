@@ -282,8 +282,13 @@ const TensorRecord* GczReader::find(const std::string& name) const {
 }
 
 Result<std::unique_ptr<StreamCursor>> GczReader::open_stream(std::size_t tensor, std::size_t stream) const {
-  const TensorRecord& t = impl_->index.tensors.at(tensor);
-  const StreamRecord& s = t.streams.at(stream);
+  const auto& tensors = impl_->index.tensors;
+  if (tensor >= tensors.size() || stream >= tensors[tensor].streams.size()) {
+    return invalid_argument(impl_->path() + ": no stream " + std::to_string(stream) + " of tensor " +
+                            std::to_string(tensor) + " (the file has " + std::to_string(tensors.size()) + " tensors)");
+  }
+  const TensorRecord& t = tensors[tensor];
+  const StreamRecord& s = t.streams[stream];
   // Hash in slices, dropping each from memory after it, so checking a large stream stays small.
   XXH3_state_t* state = XXH3_createState();
   if (!state) throw std::bad_alloc();

@@ -109,7 +109,8 @@ class Codec {
   }
 
   // Carried state: the codec's state after the last encode() (nullopt when it keeps none), and the
-  // state to start the next encode() from (a warm start).
+  // state to start the next encode() from (a warm start; one whose shape or size does not fit the
+  // tensor is not used: the encode starts cold).
   virtual std::optional<CodecState> state() const { return std::nullopt; }
   virtual Status set_state(const TensorInfo& t, const CodecState& state) {
     (void)t;
@@ -156,7 +157,9 @@ class Codec {
 
   // Encodes elements [first, first + count) of `t`, given at `src` in t.dtype, appending the bytes of
   // stream i to out[i] (out has one buffer per stream). A ByteBuffer grows uninitialised: the codec
-  // writes every byte it appends.
+  // writes every byte it appends. The caller's part, not checked: `t` is a valid tensor (what a
+  // reader of any input gives), the range lies within it on chunk_unit() boundaries, and src holds
+  // its count elements.
   virtual Status encode(const TensorInfo& t, const void* src, uint64_t first, uint64_t count,
                         std::vector<ByteBuffer>& out) = 0;
 

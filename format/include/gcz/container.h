@@ -135,7 +135,8 @@ class GczWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-// Sequential access to the decoded bytes of one stream.
+// Sequential access to the decoded bytes of one stream; it reads the file of the GczReader that made
+// it, which must outlive it.
 class StreamCursor {
  public:
   virtual ~StreamCursor() = default;
@@ -156,7 +157,8 @@ class GczReader {
   const TensorRecord* find(const std::string& name) const;
 
   // Checks the checksum of stream `stream` of tensor `tensor`, then returns a cursor over its
-  // decoded bytes (zstd decompressed on the fly; the frame's size is checked at the end).
+  // decoded bytes (zstd decompressed on the fly; the frame's size is checked at the end). Indices
+  // out of range are kInvalidArgument.
   Result<std::unique_ptr<StreamCursor>> open_stream(std::size_t tensor, std::size_t stream) const;
 
   // Everything: every stream checksum, every zstd frame decoded to its declared size, zero padding.
