@@ -58,6 +58,9 @@ TEST(Container, EmptyFileRoundTrips) {
   EXPECT_TRUE((*r)->index().tensors.empty());
   EXPECT_EQ((*r)->index().metadata.at("step"), "7");
   EXPECT_TRUE((*r)->verify(nullptr));
+  auto none = (*r)->open_stream(0, 0);  // no tensor 0: an error, not an exception
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
 }
 
 // Metadata that is not UTF-8 would be written as U+FFFD, two keys perhaps as one, and the file not
