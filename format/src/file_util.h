@@ -46,7 +46,7 @@ Status not_a_regular_file(const std::string& path);
 uint64_t physical_memory_bytes();
 // The most memory this process may hold: the physical memory, or less where a limit says so: of its
 // address space or data segment (ulimit -v, -d), or of its cgroup or one above it (cgroup v2's
-// memory.max, v1's memory.limit_in_bytes), as the numpy reader bounds it. 0 when none is known.
+// memory.max, v1's memory.limit_in_bytes; read once), as the numpy reader bounds it. 0 when none is known.
 uint64_t memory_limit_bytes();
 
 // `path` made absolute, with what exists of it resolved ("s.gcz" and "./s.gcz" give the same).

@@ -23,6 +23,51 @@ uint64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
+namespace {
+
+// The lowest memory limit of this process's cgroup and those above it (0: none), read once: a decode
+// asks for every tensor, and reading /proc and the cgroup files each time cost a tensor of a file of
+// many small ones most of its time.
+uint64_t cgroup_memory_limit() {
+  static const uint64_t limit = [] {
+    uint64_t most = 0;
+    // /proc/self/cgroup: "ID:CONTROLLERS:/PATH" lines; v2's has no controllers.
+    std::ifstream groups("/proc/self/cgroup");
+    for (std::string line; std::getline(groups, line);) {
+      const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+      if (b == std::string::npos) continue;
+      const std::string controllers = line.substr(a + 1, b - a - 1);
+      std::filesystem::path dir;
+      std::string name;
+      if (controllers.empty()) {
+        dir = "/sys/fs/cgroup", name = "memory.max";
+      } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+        dir = "/sys/fs/cgroup/memory", name = "memory.limit_in_bytes";
+      } else {
+        continue;
+      }
+      // The cgroup and every one above it ("max" is no limit).
+      std::vector<std::filesystem::path> places{dir};
+      for (const auto& part : std::filesystem::path(line.substr(b + 1)).relative_path()) {
+        places.push_back(places.back() / part);
+      }
+      for (const auto& place : places) {
+        std::ifstream f(place / name);
+        std::string text;
+        if (f >> text && !text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
+            text.size() < 20) {
+          const uint64_t v = std::stoull(text);
+          most = most == 0 ? v : std::min(most, v);
+        }
+      }
+    }
+    return most;
+  }();
+  return limit;
+}
+
+}  // namespace
+
 uint64_t memory_limit_bytes() {
   uint64_t most = physical_memory_bytes();
   auto bound = [&](uint64_t limit) { most = most == 0 ? limit : std::min(most, limit); };
@@ -30,34 +75,7 @@ uint64_t memory_limit_bytes() {
     struct rlimit r {};
     if (::getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY) bound(static_cast<uint64_t>(r.rlim_cur));
   }
-  // /proc/self/cgroup: "ID:CONTROLLERS:/PATH" lines; v2's has no controllers.
-  std::ifstream groups("/proc/self/cgroup");
-  for (std::string line; std::getline(groups, line);) {
-    const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-    if (b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1);
-    std::filesystem::path dir;
-    std::string name;
-    if (controllers.empty()) {
-      dir = "/sys/fs/cgroup", name = "memory.max";
-    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
-      dir = "/sys/fs/cgroup/memory", name = "memory.limit_in_bytes";
-    } else {
-      continue;
-    }
-    // The cgroup and every one above it ("max" is no limit).
-    std::vector<std::filesystem::path> places{dir};
-    for (const auto& part : std::filesystem::path(line.substr(b + 1)).relative_path()) {
-      places.push_back(places.back() / part);
-    }
-    for (const auto& place : places) {
-      std::ifstream f(place / name);
-      std::string text;
-      if (f >> text && !text.empty() && text.find_first_not_of("0123456789") == std::string::npos && text.size() < 20) {
-        bound(std::stoull(text));
-      }
-    }
-  }
+  if (const uint64_t cgroup = cgroup_memory_limit(); cgroup != 0) bound(cgroup);
   return most;
 }
 

@@ -213,22 +213,26 @@ class SafetensorsReader final : public ReaderBase {
 // is any), padded with spaces to a multiple of 8 bytes so the data section starts aligned.
 Result<std::string> make_header(const std::string& path, const std::vector<TensorInfo>& tensors,
                                 const std::map<std::string, std::string>& metadata) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  // Written member by member: an ordered_json object finds a key by a linear search, so building one
+  // of n tensors took time n^2 (a minute for 250 000). The names are distinct (checked).
+  std::string text = "{";
+  auto member = [&text](const std::string& key, const nlohmann::ordered_json& value) {
+    text += (text.size() > 1 ? "," : "") + nlohmann::ordered_json(key).dump() + ":" + value.dump();
+  };
   uint64_t offset = 0;
-  for (const TensorInfo& t : tensors) {
-    if (t.name == kMetadataKey) return invalid_argument(tensor_context(path, t.name) + ": the name is reserved");
-    const auto end = checked_add(offset, t.byte_size().value());
-    if (!end) return invalid_argument(path + ": tensors total more than 2^64 bytes");
-    header[t.name] = {{"dtype", dtype_code(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, *end}}};
-    offset = *end;
-  }
-  std::string text;
   try {
-    text = header.dump();
+    if (!metadata.empty()) member(kMetadataKey, metadata);
+    for (const TensorInfo& t : tensors) {
+      if (t.name == kMetadataKey) return invalid_argument(tensor_context(path, t.name) + ": the name is reserved");
+      const auto end = checked_add(offset, t.byte_size().value());
+      if (!end) return invalid_argument(path + ": tensors total more than 2^64 bytes");
+      member(t.name, {{"dtype", dtype_code(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, *end}}});
+      offset = *end;
+    }
   } catch (const nlohmann::ordered_json::exception&) {
     return invalid_argument(path + ": a tensor name or metadata string is not valid UTF-8, which safetensors requires");
   }
+  text += "}";
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
 }
