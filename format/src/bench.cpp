@@ -228,7 +228,8 @@ Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensor
     for (ByteBuffer& b : e.streams) b.clear();
     e.zstd.assign(e.streams.size(), false);
     const std::byte* src = t.data.data() + p.first * dtype_size(t.info.dtype);
-    GCZ_RETURN_IF_ERROR(c.encode(t.info, src, p.first, p.count, e.streams));
+    GCZ_RETURN_IF_ERROR(
+        c.encode(t.info, src, p.first, p.count, e.streams).with_context("tensor '" + t.info.name + "'"));
     if (plan.zstd_level) GCZ_RETURN_IF_ERROR(zstd_stage(*plan.zstd_level, e, cctx[k]));
     return Status::ok();
   };
@@ -251,7 +252,7 @@ Result<BenchRow> bench_spec(const std::string& spec, std::vector<Tensor>& tensor
       spans.emplace_back(unzstd[s]);
     }
     p.decoded.resize(p.count * dtype_size(t.info.dtype));
-    return c.decode(t.info, spans, p.first, p.count, p.decoded.data());
+    return c.decode(t.info, spans, p.first, p.count, p.decoded.data()).with_context("tensor '" + t.info.name + "'");
   };
   BenchRow row{spec, threads};
   auto enc = best_time(repeats, [&] { return run_threads(pieces, threads, encode_piece); });
