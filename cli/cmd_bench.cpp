@@ -127,15 +127,16 @@ RunFn add_bench_command(CLI::App& app) {
   CLI::Option* size_mib = cmd->add_option("--size-mib", a->size_mib,
                                           "Size of the synthetic data in MiB (the run holds about five copies of it); "
                                           "not used with input files")
-                              ->check(whole_number(INT64_MAX))
+                              ->check(whole_number(INT64_MAX, 1))
                               ->capture_default_str();
   cmd->add_option("--repeat", a->repeats, "Timed runs per measurement; the best is reported")
-      ->check(whole_number(INT_MAX))
+      ->check(whole_number(INT_MAX, 1))
       ->capture_default_str();
   cmd->add_option("--threads", a->threads,
                   "Thread counts to measure, 1.." + std::to_string(kBenchMaxThreads) +
                       " (element-wise codecs split each tensor; whole-tensor codecs take one each)")
       ->delimiter(',')
+      ->check(whole_number(kBenchMaxThreads, 1))
       ->allow_extra_args(false)
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, cuda (or gpu) or auto")->capture_default_str();

@@ -225,14 +225,14 @@ Result<DeviceRequest> parse_device(const std::string& text) {
   return *d;
 }
 
-CLI::Validator whole_number(uint64_t most) {
+CLI::Validator whole_number(uint64_t most, uint64_t least) {
   return CLI::Validator(
-      [most](std::string& v) -> std::string {
+      [most, least](std::string& v) -> std::string {
         errno = 0;
         const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
         const unsigned long long n = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
-        if (digits && errno == 0 && n <= most) return {};
-        return "'" + v + "' is not a whole number in 0.." + std::to_string(most);
+        if (digits && errno == 0 && n >= least && n <= most) return {};
+        return "'" + v + "' is not a whole number in " + std::to_string(least) + ".." + std::to_string(most);
       },
       "");
 }

@@ -92,9 +92,9 @@ struct EncodeArgs {
 };
 
 void add_encode_options(CLI::App& app, EncodeArgs& args);
-// An option's check: a whole number in 0..most, as typed (CLI11's own conversion would wrap "-1" and
-// saturate "1e23").
-CLI::Validator whole_number(uint64_t most = UINT64_MAX);
+// An option's check (each value of a list): a whole number in least..most, as typed (CLI11's own
+// conversion would wrap "-1" and saturate "1e23").
+CLI::Validator whole_number(uint64_t most = UINT64_MAX, uint64_t least = 0);
 // Each codec's parameters with their defaults, for the help of the commands that take -c.
 extern const char* const kCodecParametersHelp;
 // Turns parsed arguments into library options (checking dtype/shape/rules/device/meta, and that -c,
