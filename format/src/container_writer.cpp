@@ -146,8 +146,9 @@ Result<std::unique_ptr<GczWriter>> GczWriter::create(const std::string& path, st
 
 Status GczWriter::begin_tensor(const TensorRecord& record) {
   Impl& w = *impl_;
-  if (w.in_tensor || w.finished)
+  if (w.in_tensor || w.finished) {
     return invalid_argument("begin_tensor out of order: a tensor is open, or the file finished");
+  }
   if (!detail::is_utf8(record.info.name)) {  // the index would hold another name (U+FFFD for the bytes)
     return invalid_argument(w.path + ": tensor '" + std::string(detail::utf8_prefix(record.info.name, 64)) +
                             "': a .gcz tensor name is UTF-8 text (docs/FORMAT.md, 5.2)");
@@ -174,8 +175,9 @@ Status GczWriter::begin_tensor(const TensorRecord& record) {
 
 Status GczWriter::append(std::size_t stream, ByteSpan bytes) {
   Impl& w = *impl_;
-  if (!w.in_tensor || stream >= w.streams.size())
+  if (!w.in_tensor || stream >= w.streams.size()) {
     return invalid_argument("append to no stream: no tensor is open, or it has no stream " + std::to_string(stream));
+  }
   StreamState& st = *w.streams[stream];
   st.record.size += bytes.size();
   if (bytes.empty()) return Status::ok();
@@ -208,12 +210,12 @@ uint64_t GczWriter::index_entry_bytes(const TensorRecord& record) const {
 
 Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& metadata, bool in_place) {
   Impl& w = *impl_;
-  if (w.in_tensor || w.finished)
+  if (w.in_tensor || w.finished) {
     return invalid_argument("finish out of order: a tensor is open, or the file finished already");
+  }
   for (const auto& [key, value] : metadata) {
     if (!detail::is_utf8(key) || !detail::is_utf8(value)) {
-      return invalid_argument(w.path + ": metadata '" + key +
-                              "': not UTF-8 text, which a .gcz's metadata is "
+      return invalid_argument(w.path + ": metadata '" + key + "': not UTF-8 text, which a .gcz's metadata is " +
                               "(docs/FORMAT.md, 5)");
     }
   }
@@ -243,17 +245,19 @@ Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& met
 
 Status GczWriter::commit() {
   Impl& w = *impl_;
-  if (!w.finished || !w.file)
+  if (!w.finished || !w.file) {
     return invalid_argument("commit out of order: the file is not finished with in_place false, or was put in place");
+  }
   return w.file->commit();
 }
 
 Status GczWriter::commit_together(GczWriter& first, GczWriter& second) {
   Impl& a = *first.impl_;
   Impl& b = *second.impl_;
-  if (!a.finished || !b.finished || !a.file || !b.file)
+  if (!a.finished || !b.finished || !a.file || !b.file) {
     return invalid_argument(
         "commit_together out of order: both files must be finished with in_place false, and not put in place");
+  }
   return detail::AtomicFile::commit_together(*a.file, *b.file);
 }
 
