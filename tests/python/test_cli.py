@@ -2185,6 +2185,25 @@ def test_dtype_and_shape_apply_to_raw_files_only(tmp_path):
     assert "r" in names and "embed.weight" in names, names
 
 
+def gcz_under_limit(which: str, limit: int):
+    """A function that runs gcz as gcz() does (without `check`), with the resource limit `which`
+    ("RLIMIT_AS", "RLIMIT_FSIZE", ...) set to `limit`."""
+    import resource
+
+    def run(*args) -> subprocess.CompletedProcess:
+        return subprocess.run([str(GCZ), *map(str, args)], capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: resource.setrlimit(getattr(resource, which), (limit, limit)))
+    return run
+
+
+def gcz_in_1gib_address_space():
+    """gcz_under_limit for a 1 GiB address space; the test skips where gcz cannot start in one."""
+    limited = gcz_under_limit("RLIMIT_AS", 1 << 30)
+    if limited("--version").returncode != 0:
+        pytest.skip("this gcz cannot start under a 1 GiB address-space limit (a sanitizer build reserves more)")
+    return limited
+
+
 def with_index(src: Path, dst: Path, edit) -> None:
     """Writes `src` with its index bytes replaced by edit(index bytes), the trailer's length and
     checksum fixed (the index is the last thing before the trailer)."""
@@ -2199,7 +2218,6 @@ def test_an_index_too_costly_to_read_is_refused_not_a_crash(tmp_path):
     """An index of millions of small values (here 8 Mi empty objects under a key readers ignore, 24 MiB)
     would take about 800 MiB to read: refused with one line where that is more than half of what the
     process may use, instead of ending in an abort when the memory runs out; read where it is not."""
-    import resource
     np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32))
     gcz("encode", tmp_path / "v.npy", "-o", tmp_path / "v.gcz", "-q", check=True)
 
@@ -2207,14 +2225,7 @@ def test_an_index_too_costly_to_read_is_refused_not_a_crash(tmp_path):
         return text[:-1] + b',"x":[' + b",".join([b"{}"] * (8 << 20)) + b"]}"
 
     with_index(tmp_path / "v.gcz", tmp_path / "big.gcz", padded)
-    limit = 1 << 30
-
-    def limited(*command):
-        return subprocess.run([str(GCZ), *map(str, command)], capture_output=True, text=True, timeout=300,
-                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
-
-    if limited("--version").returncode != 0:
-        pytest.skip("this gcz cannot start under a 1 GiB address-space limit (a sanitizer build reserves more)")
+    limited = gcz_in_1gib_address_space()
     for command in (["verify", tmp_path / "big.gcz"], ["info", tmp_path / "big.gcz"]):
         r = limited(*command)
         assert r.returncode == EXIT_UNSUPPORTED, r
@@ -2225,15 +2236,7 @@ def test_an_index_too_costly_to_read_is_refused_not_a_crash(tmp_path):
 
 
 def test_bench_keeps_its_data_within_the_memory_the_process_may_use(tmp_path):
-    import resource
-    limit = 1 << 30
-
-    def limited(*command):
-        return subprocess.run([str(GCZ), *map(str, command)], capture_output=True, text=True, timeout=300,
-                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
-
-    if limited("--version").returncode != 0:
-        pytest.skip("this gcz cannot start under a 1 GiB address-space limit (a sanitizer build reserves more)")
+    limited = gcz_in_1gib_address_space()
     r = limited("bench", "--size-mib", "400", "-c", "fp16")
     assert r.returncode == EXIT_USAGE and r.stdout == "", r
     assert "--size-mib must be 1..204 here (a fifth of the memory this process may use" in error_line(r), r.stderr
@@ -2286,7 +2289,6 @@ def test_a_tensor_too_large_for_a_memory_limit_is_refused_by_name(elements, word
     """Under ulimit -v (1 GiB here) the bound is the limit, not the machine: a tensor past it is refused
     before any work, and one just under it, which the allocation then cannot hold, is refused by file
     and tensor (exit 5) rather than as a bare "out of memory"."""
-    import resource
     np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32))
     gcz("encode", tmp_path / "v.npy", "-o", tmp_path / "v.gcz", "-c", "topk:k=1", "-q", check=True)
 
@@ -2296,14 +2298,7 @@ def test_a_tensor_too_large_for_a_memory_limit_is_refused_by_name(elements, word
         return json.dumps(index, separators=(",", ":")).encode()
 
     with_index(tmp_path / "v.gcz", tmp_path / "big.gcz", shaped)
-    limit = 1 << 30
-
-    def limited(*command):
-        return subprocess.run([str(GCZ), *map(str, command)], capture_output=True, text=True, timeout=300,
-                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
-
-    if limited("--version").returncode != 0:
-        pytest.skip("this gcz cannot start under a 1 GiB address-space limit (a sanitizer build reserves more)")
+    limited = gcz_in_1gib_address_space()
     for command in (["verify", tmp_path / "big.gcz"], ["decode", tmp_path / "big.gcz", "-o", tmp_path / "b.npy"]):
         r = limited(*command)
         assert r.returncode == EXIT_UNSUPPORTED, r
@@ -2315,14 +2310,9 @@ def test_a_file_size_limit_is_an_io_error_with_nothing_left_behind(tmp_path):
     """Past `ulimit -f` a write fails (SIGXFSZ ignored) and is reported as for a full disk: one line,
     exit 3, no temporary file; for HDF5, whose clean-up at exit would crash on the file it could not
     close, too."""
-    import resource
     np.save(tmp_path / "big.npy", np.random.default_rng(0).standard_normal(200_000).astype(np.float32))
     gcz("encode", tmp_path / "big.npy", "-o", tmp_path / "big.gcz", "-c", "none", "-q", check=True)
-    limit = 100 * 1024
-
-    def limited(*command):
-        return subprocess.run([str(GCZ), *map(str, command)], capture_output=True, text=True, timeout=300,
-                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    limited = gcz_under_limit("RLIMIT_FSIZE", 100 * 1024)
 
     out = tmp_path / "out"
     out.mkdir()
