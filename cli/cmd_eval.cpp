@@ -97,7 +97,6 @@ RunFn add_eval_command(CLI::App& app) {
     // A state given must be this model's, as encode --ef-state requires: it holds residuals for some of
     // the first step's tensors, or none at all (later steps are warned of below when they share no name).
     options->refuse_foreign_state = !a->ef_state.empty();
-    options->ef_state_path = a->ef_state;  // for that message: eval writes no state
     std::vector<StepReport> steps;
     std::vector<RuleUse> rules;  // what each rule did in any step
     std::map<std::string, Shape> shapes;  // each tensor's shape when last seen

@@ -77,8 +77,7 @@ Status check_inputs_apart(const std::map<std::filesystem::path, std::string>& in
 
 // A state that holds residuals, but none for a tensor of this step, is another model's or another
 // run's, or the tensors have been renamed (a .npy's tensor takes its file's name).
-Status check_state_matches(const ErrorFeedback& ef, const std::string& path,
-                           const std::map<std::string, std::string>& inputs) {
+Status check_state_matches(const ErrorFeedback& ef, const std::map<std::string, std::string>& inputs) {
   const std::vector<std::string> held = ef.names();
   if (held.empty()) return Status::ok();
   for (const auto& [name, file] : inputs) {
@@ -93,7 +92,7 @@ Status check_state_matches(const ErrorFeedback& ef, const std::string& path,
     }
     return out;
   };
-  const std::string state = path.empty() ? "the error-feedback state" : "the state " + path;
+  const std::string state = ef.path().empty() ? "the error-feedback state" : "the state " + ef.path();
   return invalid_argument(state + " holds residuals for " + listed(held, [](const std::string& n) { return n; }) +
                           " and none for this step's tensors " +
                           listed(inputs, [](const auto& kv) { return kv.first; }) +
@@ -236,7 +235,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
     readers.push_back(std::move(reader));
   }
   if (options.error_feedback && options.refuse_foreign_state) {
-    GCZ_RETURN_IF_ERROR(check_state_matches(*options.error_feedback, options.ef_state_path, seen));
+    GCZ_RETURN_IF_ERROR(check_state_matches(*options.error_feedback, seen));
   }
   if (tensor_count == 0) {
     // Nothing to encode is a mistake (an empty directory, a dump of integers), as for one .npy of them.
