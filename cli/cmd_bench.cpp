@@ -111,7 +111,7 @@ RunFn add_bench_command(CLI::App& app) {
     std::vector<std::string> specs = {"fp16", "bf16", "qsgd", "terngrad", "topk", "randomk", "powersgd", "fp16+zstd"};
     int64_t size_mib = 256;
     int repeats = 5;
-    std::vector<unsigned> threads = {1, 2};
+    std::vector<std::string> threads;  // lists, as given (none: 1,2)
     std::string device = "cpu";
     std::string raw_dtype, raw_shape;
     bool json = false;
@@ -135,10 +135,9 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--threads", a->threads,
                   "Thread counts to measure, 1.." + std::to_string(kBenchMaxThreads) +
                       " (element-wise codecs split each tensor; whole-tensor codecs take one each)")
-      ->delimiter(',')
-      ->check(whole_number(kBenchMaxThreads, 1))
+      ->check(whole_number_list(kBenchMaxThreads, 1))
       ->allow_extra_args(false)
-      ->capture_default_str();
+      ->default_str("1,2");
   cmd->add_option("--device", a->device, "cpu, cuda (or gpu) or auto")->capture_default_str();
   add_raw_input_options(*cmd, a->raw_dtype, a->raw_shape);
   cmd->add_flag("--json", a->json,
@@ -178,7 +177,10 @@ RunFn add_bench_command(CLI::App& app) {
     o.inputs = a->inputs;
     if (a->inputs.empty()) o.synthetic_bytes = static_cast<uint64_t>(a->size_mib) << 20;
     o.repeats = a->repeats;
-    o.threads = a->threads;
+    o.threads.clear();
+    for (const std::string& list : a->threads.empty() ? std::vector<std::string>{"1,2"} : a->threads) {
+      for (unsigned n : whole_numbers(list)) o.threads.push_back(n);
+    }
     auto device = parse_device(a->device);
     if (!device) return report_error(device.status());
     o.device = *device;

@@ -225,16 +225,49 @@ Result<DeviceRequest> parse_device(const std::string& text) {
   return *d;
 }
 
+// The parts of a comma-separated list, empty ones included ("4," gives "4" and "").
+std::vector<std::string> comma_parts(const std::string& text) {
+  std::vector<std::string> parts;
+  for (std::size_t pos = 0; pos <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    parts.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return parts;
+}
+
+// What is wrong with `v` as a whole number in least..most: nothing (empty), or the rule it breaks.
+static std::string whole_number_problem(const std::string& v, uint64_t most, uint64_t least) {
+  errno = 0;
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  const unsigned long long n = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
+  if (digits && errno == 0 && n >= least && n <= most) return {};
+  return "'" + v + "' is not a whole number in " + std::to_string(least) + ".." + std::to_string(most);
+}
+
 CLI::Validator whole_number(uint64_t most, uint64_t least) {
+  return CLI::Validator([most, least](std::string& v) { return whole_number_problem(v, most, least); }, "");
+}
+
+CLI::Validator whole_number_list(uint64_t most, uint64_t least) {
   return CLI::Validator(
       [most, least](std::string& v) -> std::string {
-        errno = 0;
-        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-        const unsigned long long n = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
-        if (digits && errno == 0 && n >= least && n <= most) return {};
-        return "'" + v + "' is not a whole number in " + std::to_string(least) + ".." + std::to_string(most);
+        const std::vector<std::string> parts = comma_parts(v);
+        for (std::size_t i = 0; i < parts.size(); ++i) {
+          std::string problem = whole_number_problem(parts[i], most, least);
+          if (problem.empty()) continue;
+          if (parts.size() > 1) problem += " (item " + std::to_string(i + 1) + " of '" + v + "')";
+          return problem;
+        }
+        return {};
       },
       "");
+}
+
+std::vector<unsigned> whole_numbers(const std::string& list) {
+  std::vector<unsigned> numbers;
+  for (const std::string& part : comma_parts(list)) numbers.push_back(static_cast<unsigned>(std::stoul(part)));
+  return numbers;
 }
 
 const char* const kCodecParametersHelp =
@@ -345,17 +378,6 @@ void note_unused_raw_options(const std::string& dtype, const std::string& shape,
 }
 
 namespace {
-
-// The parts of a comma-separated list, empty ones included ("4," gives "4" and "").
-std::vector<std::string> comma_parts(const std::string& text) {
-  std::vector<std::string> parts;
-  for (std::size_t pos = 0; pos <= text.size();) {
-    const std::size_t comma = std::min(text.find(',', pos), text.size());
-    parts.push_back(text.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return parts;
-}
 
 // A size in bytes: digits, then nothing or B, a binary multiple (K, KiB, M, MiB, G, GiB) or a decimal
 // one (kB, MB, GB; not KB, which some read as 1024).

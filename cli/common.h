@@ -95,6 +95,10 @@ void add_encode_options(CLI::App& app, EncodeArgs& args);
 // An option's check (each value of a list): a whole number in least..most, as typed (CLI11's own
 // conversion would wrap "-1" and saturate "1e23").
 CLI::Validator whole_number(uint64_t most = UINT64_MAX, uint64_t least = 0);
+// The same for each item of a comma-separated list (empty items included: "1,,2" is refused), and
+// the numbers of a list it passed.
+CLI::Validator whole_number_list(uint64_t most, uint64_t least);
+std::vector<unsigned> whole_numbers(const std::string& list);
 // Each codec's parameters with their defaults, for the help of the commands that take -c.
 extern const char* const kCodecParametersHelp;
 // Turns parsed arguments into library options (checking dtype/shape/rules/device/meta, and that -c,
