@@ -241,7 +241,8 @@ Metrics MetricsAccumulator::finish(uint64_t bytes_in, uint64_t bytes_out) const 
   m.bytes_in = bytes_in;
   m.bytes_out = bytes_out;
   m.ratio = bytes_out ? static_cast<double>(bytes_in) / static_cast<double>(bytes_out) : 0.0;
-  m.bits_per_element = numel_ ? 8.0 * static_cast<double>(bytes_out) / static_cast<double>(numel_) : 0.0;
+  // No elements, no bits per element: not measured (NaN), where 0 would say the bytes were free.
+  m.bits_per_element = numel_ ? 8.0 * static_cast<double>(bytes_out) / static_cast<double>(numel_) : std::nan("");
   // Each block's lanes in order, then the blocks in order.
   double sum_xx = 0, sum_yy = 0, sum_xy = 0, sum_ee = 0, sum_e = 0, sum_ec = 0, max_abs = 0, max_x = 0, max_y = 0;
   auto fold = [&](const Lanes& a) {

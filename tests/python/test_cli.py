@@ -626,6 +626,7 @@ def test_info_json_shows_the_stored_metrics(tmp_path):
         with_index(tmp_path / "m.gcz", tmp_path / "odd.gcz", odd)
         info = json.loads(gcz("info", tmp_path / "odd.gcz", "--json", check=True).stdout)
         assert "metrics" not in info["tensors"][0] and "metrics" in info["tensors"][1], bad
+        gcz("verify", tmp_path / "odd.gcz", check=True)  # informative: no reason to reject a file
     # The whole object itself is kept.
     with_index(tmp_path / "m.gcz", tmp_path / "same.gcz", lambda text: text)
     assert json.loads(gcz("info", tmp_path / "same.gcz", "--json", check=True).stdout)["tensors"][0]["metrics"] == whole
@@ -2678,6 +2679,17 @@ def test_the_state_lists_a_residual_for_an_empty_tensor(tmp_path):
         check=True)
     info = json.loads(gcz("info", state, "--json", check=True).stdout)
     assert {(t["name"], tuple(t["shape"])) for t in info["tensors"]} == {("residual/w", (4,)), ("residual/z", (0, 3))}
+
+
+def test_a_tensor_of_no_elements_has_no_bits_per_element(tmp_path):
+    np.savez(tmp_path / "s.npz", z=np.zeros((0, 3), np.float32))
+    rep = json.loads(gcz("eval", tmp_path / "s.npz", "--json", check=True).stdout)
+    for m in (rep["tensors"][0]["metrics"], rep["total"]):
+        assert m["numel"] == 0 and m["bytes_out"] > 0, m
+        assert m["bits_per_element"] is None and m["ratio"] == 0.0, m  # bytes for no element: not measured
+        assert (m["rel_l2"], m["cosine"]) == (0.0, 1.0), m  # reproduced exactly
+    row = gcz("eval", tmp_path / "s.npz", check=True).stdout.splitlines()[1].split()
+    assert row[0] == "z" and row[9:11] == ["0.00", "nan"], row  # name, shape, dtype, codec, in, out: 9 words
 
 
 # ------------------------------------------------------------------------------------------------

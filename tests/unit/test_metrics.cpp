@@ -58,6 +58,15 @@ TEST(Metrics, ZeroAndLosslessConventions) {
   EXPECT_EQ(m.cosine, 1.0);
   EXPECT_EQ(m.norm_ratio, 1.0);
   EXPECT_TRUE(std::isinf(m.snr_db));
+  EXPECT_EQ(m.bits_per_element, 32.0);
+
+  // No elements: reproduced exactly, as a zero tensor is, but the bytes it took are per nothing.
+  const Metrics none = MetricsAccumulator{}.finish(0, 221);
+  EXPECT_EQ(none.numel, 0u);
+  EXPECT_EQ(none.ratio, 0.0);
+  EXPECT_TRUE(std::isnan(none.bits_per_element));
+  EXPECT_EQ(none.rel_l2, 0.0);
+  EXPECT_EQ(none.cosine, 1.0);
 }
 
 // A zero x decoded as nonzero is no perfect result: its relative error and norm ratio are infinite.

@@ -21,7 +21,7 @@ struct Metrics {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   double ratio = 0;             // bytes_in / bytes_out
-  double bits_per_element = 0;  // 8 * bytes_out / numel
+  double bits_per_element = 0;  // 8 * bytes_out / numel; NaN for no elements
   double rel_l2 = 0;            // ||x - x̂|| / ||x||
   double cosine = 0;            // <x, x̂> / (||x|| ||x̂||)
   double max_abs_error = 0;     // max |x_i - x̂_i|
