@@ -80,12 +80,12 @@ RunFn add_encode_command(CLI::App& app) {
     auto report = encode_files(a->encode.inputs, a->output, *options);
     progress.clear();
     if (!report) return report_error(report.status());
-    if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format, *view);
+    // ef counts this step: it was step steps() - 1, from 0.
+    const std::optional<uint64_t> step = ef ? std::optional<uint64_t>(ef->steps() - 1) : std::nullopt;
+    if (!a->encode.quiet) print_report(stdout, *report, a->encode.report_format, *view, step);
     if (ef && !a->encode.quiet && a->encode.report_format == "table") {
-      // ef counts this step: it was step steps() - 1, from 0.
-      std::printf("\nerror feedback: step %llu of %s, drawn with seed %llu\n",
-                  static_cast<unsigned long long>(ef->steps() - 1), printable(a->ef_state).c_str(),
-                  static_cast<unsigned long long>(report->seed));
+      std::printf("\nerror feedback: step %llu of %s, drawn with seed %llu\n", static_cast<unsigned long long>(*step),
+                  printable(a->ef_state).c_str(), static_cast<unsigned long long>(report->seed));
     }
     print_warnings(*report);
     if (new_state) {

@@ -271,9 +271,12 @@ void print_json(std::FILE* out, const json& j) {
   std::fprintf(out, "%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
 }
 
-void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view) {
+void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view,
+                  std::optional<uint64_t> ef_step) {
   if (format == "json") {
-    print_json(out, report_json(report, view));
+    json j = report_json(report, view);
+    if (ef_step) j["step"] = *ef_step;
+    print_json(out, j);
   } else if (format == "csv") {
     print_csv(out, rows_of(report, view));
   } else {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "gcz/pipeline.h"
@@ -27,8 +28,10 @@ struct ReportView {
 // so is sum_rel_l2 without `steps` (eval --steps), the only report that has it.
 Result<ReportView> parse_report_view(const std::string& sort, uint64_t top, bool steps);
 
-// format: "table", "json" or "csv".
-void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view = {});
+// format: "table", "json" or "csv". `ef_step`: with `encode --ef-state`, the step this was (from 0),
+// which JSON gives as `step` (the table's line for it is the command's).
+void print_report(std::FILE* out, const EncodeReport& report, const std::string& format, const ReportView& view = {},
+                  std::optional<uint64_t> ef_step = std::nullopt);
 
 // One step of `gcz eval --steps`.
 struct StepReport {

@@ -1725,10 +1725,12 @@ def test_each_step_draws_with_its_own_seed(tmp_path):
         r = gcz("encode", step, "-o", outs[-1], "-c", "randomk", "--seed", "7", "--ef-state", state, "--json",
                 check=True)
         chain.append(json.loads(r.stdout))
-        assert chain[-1]["seed"] == 7 + k
+        assert (chain[-1]["step"], chain[-1]["seed"]) == (k, 7 + k)
         meta = json.loads(gcz("info", state, "--json", check=True).stdout)["metadata"]
         assert meta["gcz.ef_steps"] == str(k + 1), meta
     assert [set(tensor_seeds(o)) for o in outs] == [{7}, {8}, {9}]
+    plain = json.loads(gcz("encode", steps[0], "-o", tmp_path / "p.gcz", "-c", "randomk", "--json", check=True).stdout)
+    assert "step" not in plain and plain["seed"] == 0  # no state, no step
     # The table says which step this was, and its seed.
     r = gcz("encode", steps[0], "-o", tmp_path / "s3.gcz", "-c", "randomk", "--seed", "7", "--ef-state", state,
             check=True)
