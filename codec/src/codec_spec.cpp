@@ -260,7 +260,8 @@ Result<EncodingPlan> check_encoding_plan(std::string_view text) {
     }
     if (refused) refused = s;  // the small matrix's reason
   }
-  return invalid_argument(where + "neither a 256x256 nor a 2048x2048 float32 tensor is accepted: " + refused.message());
+  return invalid_argument(
+      where + "it fails on every tensor (a 256x256 and a 2048x2048 float32 matrix both fail): " + refused.message());
 }
 
 }  // namespace gcz
