@@ -128,7 +128,6 @@ struct GczReader::Impl {
   }
 
   Status check_header(uint64_t& index_offset, uint64_t& index_length) const;
-  Status check_tensor(const TensorRecord& t, uint64_t& expected_offset, uint64_t data_end) const;
 };
 
 Status GczReader::Impl::check_header(uint64_t& index_offset, uint64_t& index_length) const {
@@ -174,8 +173,16 @@ Status GczReader::Impl::check_header(uint64_t& index_offset, uint64_t& index_len
   return Status::ok();
 }
 
-Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_offset, uint64_t data_end) const {
+namespace {
+
+// The rules of one tensor's index entry that need its codec (FORMAT.md §6): the chain, the streams
+// the codec writes and their sizes, and offsets that tile the data section from `expected_offset`
+// (advanced past the tensor) to no further than `data_end`.
+Status check_tensor(const TensorRecord& t, uint64_t& expected_offset, uint64_t data_end, const std::string& path) {
   const std::string& name = t.info.name;
+  auto fail = [&](const std::string& rule, const std::string& detail, StatusCode code, const std::string& tensor) {
+    return rule_error(code, path, tensor, rule, detail);
+  };
   auto codec_fail = [&](const std::string& detail) {
     return fail("unknown-codec", detail, StatusCode::kUnsupported, name);
   };
@@ -247,6 +254,24 @@ Status GczReader::Impl::check_tensor(const TensorRecord& t, uint64_t& expected_o
   return Status::ok();
 }
 
+}  // namespace
+
+namespace detail {
+
+Result<FileIndex> check_index(const std::string& text, uint64_t index_offset, const std::string& path) {
+  GCZ_ASSIGN_OR_RETURN(FileIndex index, parse_index(text, kFormatVersionMajor, path));
+  uint64_t expected = kHeaderBytes;
+  for (const TensorRecord& t : index.tensors) GCZ_RETURN_IF_ERROR(check_tensor(t, expected, index_offset, path));
+  if (expected != index_offset) {
+    return rule_error(
+        StatusCode::kFormatError, path, "", "stream-out-of-range",
+        "the data section has " + std::to_string(index_offset - expected) + " bytes no stream accounts for");
+  }
+  return index;
+}
+
+}  // namespace detail
+
 GczReader::GczReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GczReader::~GczReader() = default;
 
@@ -258,17 +283,10 @@ Result<std::unique_ptr<GczReader>> GczReader::open(const std::string& path) {
   const auto* b = reinterpret_cast<const char*>(impl->file->data());
   const uint16_t minor = static_cast<uint16_t>(detail::get_le(reinterpret_cast<const uint8_t*>(b) + 10, 2));
   GCZ_ASSIGN_OR_RETURN(impl->index,
-                       detail::parse_index(std::string(b + index_offset, index_length), kFormatVersionMajor, path));
+                       detail::check_index(std::string(b + index_offset, index_length), index_offset, path));
   impl->index.version_minor = minor;
-  uint64_t expected = detail::kHeaderBytes;
-  for (std::size_t i = 0; i < impl->index.tensors.size(); ++i) {
-    GCZ_RETURN_IF_ERROR(impl->check_tensor(impl->index.tensors[i], expected, index_offset));
+  for (std::size_t i = 0; i < impl->index.tensors.size(); ++i)
     impl->by_name.emplace(impl->index.tensors[i].info.name, i);
-  }
-  if (expected != index_offset) {
-    return impl->fail("stream-out-of-range", "the data section has " + std::to_string(index_offset - expected) +
-                                                 " bytes no stream accounts for");
-  }
   return std::unique_ptr<GczReader>(new GczReader(std::move(impl)));
 }
 

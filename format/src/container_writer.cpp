@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <new>
+#include <set>
 
 #include "file_util.h"
 #include "gcz/codec_spec.h"
@@ -54,6 +55,8 @@ struct GczWriter::Impl {
   FileIndex index;
   bool in_tensor = false;
   bool finished = false;
+  bool failed = false;  // finish() failed: the file can only be dropped
+  std::set<std::string, std::less<>> names;
   TensorRecord current;
   std::optional<int> zstd_level;
   std::vector<std::unique_ptr<StreamState>> streams;
@@ -146,12 +149,16 @@ Result<std::unique_ptr<GczWriter>> GczWriter::create(const std::string& path, st
 
 Status GczWriter::begin_tensor(const TensorRecord& record) {
   Impl& w = *impl_;
-  if (w.in_tensor || w.finished) {
+  if (w.in_tensor || w.finished || w.failed) {
     return invalid_argument("begin_tensor out of order: a tensor is open, or the file finished");
   }
   if (!detail::is_utf8(record.info.name)) {  // the index would hold another name (U+FFFD for the bytes)
     return invalid_argument(w.path + ": tensor '" + std::string(detail::utf8_prefix(record.info.name, 64)) +
                             "': a .gcz tensor name is UTF-8 text (docs/FORMAT.md, 5.2)");
+  }
+  if (!w.names.insert(record.info.name).second) {  // before its streams are written, not at finish()
+    return invalid_argument(w.path + ": tensor '" + std::string(detail::utf8_prefix(record.info.name, 64)) +
+                            "': the file has a tensor of this name already (docs/FORMAT.md, 5.2)");
   }
   w.in_tensor = true;
   w.current = record;
@@ -210,9 +217,10 @@ uint64_t GczWriter::index_entry_bytes(const TensorRecord& record) const {
 
 Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& metadata, bool in_place) {
   Impl& w = *impl_;
-  if (w.in_tensor || w.finished) {
-    return invalid_argument("finish out of order: a tensor is open, or the file finished already");
+  if (w.in_tensor || w.finished || w.failed) {
+    return invalid_argument("finish out of order: a tensor is open, or finish() was called already");
   }
+  w.failed = true;  // until the file is written whole (a failed write may leave part of an index)
   for (const auto& [key, value] : metadata) {
     if (!detail::is_utf8(key) || !detail::is_utf8(value)) {
       return invalid_argument(w.path + ": metadata '" + key + "': not UTF-8 text, which a .gcz's metadata is " +
@@ -225,20 +233,23 @@ Result<uint64_t> GczWriter::finish(const std::map<std::string, std::string>& met
   if (text.size() > kMaxIndexBytes) {
     return unsupported(w.path + ": the index would exceed 64 MiB (too many tensors for one file)");
   }
+  // The index checked as GczReader::open checks it (the index's rules; each tensor's codec, streams and
+  // sizes): a record that breaks a rule is refused here, before the index is written, not by the file's
+  // next reader. A broken rule is the caller's record (kInvalidArgument); a codec gcz does not know
+  // stays kUnsupported, as does an index that would take more memory to read than this process may use.
+  const std::string where = w.path.empty() ? std::string("the .gcz") : w.path;
+  if (auto back = detail::check_index(text, index_offset, where); !back) {
+    std::string why = back.status().message();
+    if (why.rfind(where + ": ", 0) == 0) why.erase(0, where.size() + 2);
+    const StatusCode code =
+        back.status().code() == StatusCode::kFormatError ? StatusCode::kInvalidArgument : back.status().code();
+    return Status(code, where + ": what was written would not be read back: " + why);
+  }
   GCZ_RETURN_IF_ERROR(w.write(text.data(), text.size()));
   const auto trailer = detail::encode_trailer(index_offset, text.size(), XXH3_64bits(text.data(), text.size()));
   GCZ_RETURN_IF_ERROR(w.write(trailer.data(), trailer.size()));
-  if (w.file) {
-    // Read back as a reader takes it (the index's rules; each tensor's codec, streams and sizes): a
-    // record that breaks a rule is refused here, before the file is in place, not by its next reader.
-    auto back = GczReader::open(w.file->temp_path());
-    if (!back) {
-      std::string why = back.status().message();
-      if (why.rfind(w.file->temp_path() + ": ", 0) == 0) why.erase(0, w.file->temp_path().size() + 2);
-      return invalid_argument(w.path + ": what was written would not be read back: " + why);
-    }
-    GCZ_RETURN_IF_ERROR(in_place ? w.file->commit() : w.file->close());
-  }
+  if (w.file) GCZ_RETURN_IF_ERROR(in_place ? w.file->commit() : w.file->close());
+  w.failed = false;
   w.finished = true;
   return w.pos;
 }

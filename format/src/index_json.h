@@ -19,4 +19,10 @@ uint64_t tensor_entry_bytes(const TensorRecord& record);
 // bad-encoding. Codec and stream-layout rules are checked by the reader.
 Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, const std::string& path);
 
+// What GczReader::open checks of an index once it has its bytes (container_reader.cpp): parse_index,
+// then each tensor's codec rules (unknown-codec, bad-streams, stream-size, zstd-frame) and streams that
+// tile the data section, which ends at index_offset (stream-out-of-range). `path` names the file in
+// the messages.
+Result<FileIndex> check_index(const std::string& text, uint64_t index_offset, const std::string& path);
+
 }  // namespace gcz::detail

@@ -80,55 +80,67 @@ TEST(Container, MetadataThatIsNotUtf8IsRefused) {
   }
 }
 
-// finish() reads the file back as a reader would: a record its reader refuses fails there, with the
-// reader's rule, and leaves no file. Calls out of order are the caller's mistake, kInvalidArgument.
+// finish() checks the index as a reader would: a record its reader refuses fails there, with the
+// reader's rule, and leaves no file; so does the counting writer of eval. Calls out of order are the
+// caller's mistake, kInvalidArgument.
 TEST(Container, AFileItsReaderWouldRefuseIsNotWritten) {
   const fs::path p = temp_dir("refused") / "r.gcz";
   struct Case {
     std::string what, rule;
     std::function<void(TensorRecord&)> edit;
     std::size_t bytes = 8;  // fp16 of 4 elements
+    StatusCode code = StatusCode::kInvalidArgument;
   };
   const std::vector<Case> cases = {
-      {"a codec the format lacks", "unknown-codec", [](TensorRecord& r) { r.chain[0].name = "fp17"; }},
+      {"a codec the format lacks", "unknown-codec", [](TensorRecord& r) { r.chain[0].name = "fp17"; }, 8,
+       StatusCode::kUnsupported},
       {"a codec parameter out of range", "unknown-codec",
        [](TensorRecord& r) {
          r.chain = {{"qsgd", {{"bits", int64_t{99}}}}};
-       }},
+       },
+       8, StatusCode::kUnsupported},
       {"another codec's streams", "bad-streams", [](TensorRecord& r) { r.streams = {{.name = "codes"}}; }},
       {"a stream of the wrong size", "stream-size", [](TensorRecord&) {}, 9},
       {"more than 32 dimensions", "bad-shape", [](TensorRecord& r) { r.info.shape.assign(33, 1); }, 2},
   };
   for (const Case& c : cases) {
-    auto w = GczWriter::create(p.string());
-    ASSERT_TRUE(w);
-    TensorRecord rec = fp16_record("t", {4});
-    c.edit(rec);
-    ASSERT_TRUE((*w)->begin_tensor(rec)) << c.what;
-    ASSERT_TRUE((*w)->append(0, ByteBuffer(c.bytes))) << c.what;
-    ASSERT_TRUE((*w)->end_tensor()) << c.what;
-    auto size = (*w)->finish({});
-    ASSERT_FALSE(size) << c.what;
-    EXPECT_EQ(size.status().code(), StatusCode::kInvalidArgument) << c.what;
-    EXPECT_NE(size.status().message().find(p.string() +
-                                           ": what was written would not be read back: tensor 't': " + c.rule + ": "),
-              std::string::npos)
-        << c.what << ": " << size.status().message();
-    w->reset();
-    EXPECT_FALSE(fs::exists(p)) << c.what;
+    for (const std::string& path : {p.string(), std::string()}) {
+      auto w = GczWriter::create(path);
+      ASSERT_TRUE(w);
+      TensorRecord rec = fp16_record("t", {4});
+      c.edit(rec);
+      ASSERT_TRUE((*w)->begin_tensor(rec)) << c.what;
+      ASSERT_TRUE((*w)->append(0, ByteBuffer(c.bytes))) << c.what;
+      ASSERT_TRUE((*w)->end_tensor()) << c.what;
+      auto size = (*w)->finish({});
+      ASSERT_FALSE(size) << c.what;
+      EXPECT_EQ(size.status().code(), c.code) << c.what;
+      const std::string named = path.empty() ? "the .gcz" : path;
+      EXPECT_NE(size.status().message().find(named +
+                                             ": what was written would not be read back: tensor 't': " + c.rule + ": "),
+                std::string::npos)
+          << c.what << ": " << size.status().message();
+      EXPECT_EQ((*w)->finish({}).status().code(), StatusCode::kInvalidArgument);  // no second try
+      EXPECT_EQ((*w)->commit().code(), StatusCode::kInvalidArgument);
+      w->reset();
+      EXPECT_FALSE(fs::exists(p)) << c.what;
+    }
   }
-  // Two tensors of one name: the second's index entry.
+  // A second tensor of one name: refused before its streams.
   auto w = GczWriter::create(p.string());
   ASSERT_TRUE(w);
-  for (int k = 0; k < 2; ++k) {
-    ASSERT_TRUE((*w)->begin_tensor(fp16_record("t", {4})));
-    ASSERT_TRUE((*w)->append(0, ByteBuffer(8)));
-    ASSERT_TRUE((*w)->end_tensor());
-  }
-  auto size = (*w)->finish({});
-  ASSERT_FALSE(size);
-  EXPECT_NE(size.status().message().find("duplicate-name"), std::string::npos) << size.status().message();
+  ASSERT_TRUE((*w)->begin_tensor(fp16_record("t", {4})));
+  ASSERT_TRUE((*w)->append(0, ByteBuffer(8)));
+  ASSERT_TRUE((*w)->end_tensor());
+  const Status twice = (*w)->begin_tensor(fp16_record("t", {4}));
+  EXPECT_EQ(twice.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.message().find("tensor 't': the file has a tensor of this name already"), std::string::npos)
+      << twice.message();
+  EXPECT_TRUE((*w)->finish({}));  // the first is written
   w->reset();
+  auto r = GczReader::open(p.string());
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)->index().tensors.size(), 1u);
   // A name that is not UTF-8 would be another in the index: refused at once.
   w = GczWriter::create(p.string());
   ASSERT_TRUE(w);

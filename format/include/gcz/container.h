@@ -96,14 +96,13 @@ class GczWriter {
   static Result<std::unique_ptr<GczWriter>> create(const std::string& path,
                                                    std::optional<FileVersion> replaces = std::nullopt);
   ~GczWriter();
+
   // Calls out of order (append with no tensor open, finish with one open, ...) are kInvalidArgument.
-  // finish() reads the file back as GczReader::open would before it is put in place: a record that
-  // breaks a rule of the format (a name twice, a codec or stream the reader refuses, a stream of the
-  // wrong size) fails there, kInvalidArgument, and no file is left.
 
   // Starts a tensor. `record` gives info, chain, seed and the stream names (offsets etc. are filled
-  // in here). When the chain has a zstd stage, each stream is compressed if that makes its first
-  // chunk smaller (CODECS.md).
+  // in here); a name that is not UTF-8, or that the file has already, is kInvalidArgument. When the
+  // chain has a zstd stage, each stream is compressed if that makes its first chunk smaller
+  // (CODECS.md).
   Status begin_tensor(const TensorRecord& record);
   // Appends raw (pre-zstd) bytes to stream `stream` of the current tensor.
   Status append(std::size_t stream, ByteSpan bytes);
@@ -113,7 +112,10 @@ class GczWriter {
   void attach_metrics(const Metrics& metrics);
   // Writes the index and trailer and renames the file into place. Returns the file size. With
   // `in_place` false the file is complete (and flushed to disk) but left under its temporary name,
-  // for commit_together.
+  // for commit_together. The index is first checked as GczReader::open checks it: a record that
+  // breaks a rule of the format (a codec parameter or stream the reader refuses, a stream of the
+  // wrong size, a shape) fails, kInvalidArgument (a codec gcz does not know, kUnsupported), with
+  // nothing written. After a failed finish() the writer takes no more calls.
   Result<uint64_t> finish(const std::map<std::string, std::string>& metadata, bool in_place = true);
   // Puts a file finished with `in_place` false in place.
   Status commit();
