@@ -106,21 +106,32 @@ std::string usage_message(CLI::App& app, int argc, char** argv, const CLI::Parse
       return "unknown option '" + std::string(argv[1]) + "' (before a command gcz takes --help and --version)";
     return "no command given (commands: " + names + ")";
   }
+  // CLI11 lists unknown arguments last first.
+  auto unexpected = [&](const std::vector<std::string>& extra) {
+    return (extra.size() == 1 ? "unexpected argument '" + extra[0] + "'"
+                              : "unexpected arguments '" + joined(extra, " ") + "'") +
+           " for gcz" + (command == &app ? "" : " " + command->get_name());
+  };
   if (dynamic_cast<const CLI::RequiredError*>(&e) && std::regex_match(what, m, std::regex("(.+) is required"))) {
-    // A FILE named like an option, the only one given, is taken for an unknown option.
-    const std::vector<std::string> extra = command->remaining();
-    if (!extra.empty() && extra[0].size() > 1 && extra[0][0] == '-') {
-      return "unexpected argument '" + extra[0] + "' for gcz " + command->get_name() +
-             " (an unknown option; a file whose name starts with '-' is given as ./" + extra[0] + " or after --)";
-    }
+    const CLI::Option* missing = nullptr;
     for (const CLI::Option* o : command->get_options()) {
-      if (o->get_name() != m[1].str() || !o->get_positional()) continue;
-      std::string about = o->get_description();
-      about = about.substr(0, about.find_first_of(":;("));
-      if (!about.empty()) about[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(about[0])));
-      return "missing " + o->get_name() + " (" + about + ")";
+      if (o->get_name() == m[1].str()) missing = o;
     }
-    return what;
+    const std::vector<std::string> extra = command->remaining();
+    if (missing && missing->get_positional()) {
+      // A FILE named like an option, the only argument left over, was taken for an unknown option.
+      if (extra.size() == 1 && extra[0].size() > 1 && extra[0][0] == '-') {
+        return unexpected(extra) + " (an unknown option; a file whose name starts with '-' is given as ./" + extra[0] +
+               " or after --)";
+      }
+      if (extra.empty()) {
+        std::string about = missing->get_description();
+        about = about.substr(0, about.find_first_of(":;("));
+        if (!about.empty()) about[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(about[0])));
+        return "missing " + missing->get_name() + " (" + about + ")";
+      }
+    }
+    return extra.empty() ? what : unexpected(extra) + " (and " + what + ")";
   }
   if (std::regex_match(what, m, std::regex("(.+): At Most 1 required but received (\\d+)"))) {
     std::string out = m[1].str() + " takes one value and was given " + m[2].str();
@@ -132,14 +143,12 @@ std::string usage_message(CLI::App& app, int argc, char** argv, const CLI::Parse
   if (std::regex_match(what, m, std::regex("Could not convert: (\\S+) = (.*)"))) {
     return m[1].str() + ": '" + m[2].str() + "' is not a value it takes";
   }
-  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {  // CLI11 lists them last first
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
     const std::vector<std::string> extra = command->remaining();
     const bool output = std::any_of(extra.begin(), extra.end(), [](const std::string& a) {
       return a.rfind("-o", 0) == 0 || a.rfind("--output", 0) == 0;
     });
-    return (extra.size() == 1 ? "unexpected argument '" + extra[0] + "'"
-                              : "unexpected arguments '" + joined(extra, " ") + "'") +
-           " for gcz" + (command == &app ? "" : " " + command->get_name()) +
+    return unexpected(extra) +
            (output && command->get_name() == "eval" ? " (eval writes nothing: gcz encode -o FILE writes a .gcz)" : "");
   }
   return what;

@@ -1895,6 +1895,7 @@ def test_a_rule_that_chose_one_tensor_is_not_said_to_have_chosen_none(tmp_path):
     (["eval", "-lead.npy"], "unexpected argument '-lead.npy' for gcz eval (an unknown option; a file whose name "
                             "starts with '-' is given as ./-lead.npy or after --)"),
     (["verify", "-x.gcz"], "unexpected argument '-x.gcz' for gcz verify (an unknown option;"),
+    (["encode", "x.npy", "--bogus"], "unexpected argument '--bogus' for gcz encode (and --output is required)"),
     (["encode", "x.npy", "-o=x.gcz"], "=x.gcz: an output named with a leading '=', as -o=NAME gives; write -o NAME"),
 ])
 def test_command_line_mistakes_are_one_line(args, words):
