@@ -42,11 +42,52 @@ extern "C" void on_stop_signal(int sig) {
   errno = saved;
 }
 
+// A mapped input that shrinks while gcz reads it (rewritten in place: the reader's fault, not the
+// file's) raises SIGBUS in the thread that touched the lost page. Its handler says so in one line,
+// has the waiting thread remove the unfinished outputs and end gcz with exit 3, and never returns
+// (the read would fault again).
+extern "C" void on_bus_error(int, siginfo_t* info, void*) {
+  auto out = [](const char* bytes, std::size_t n) {
+    if (::write(STDERR_FILENO, bytes, n) < 0) return;  // nothing more to be done about it here
+  };
+  auto say = [&out](const char* text, bool escape = false) {
+    for (const char* p = text; *p != '\0';) {  // runs of printable bytes; with `escape`, control bytes as \xNN
+      const char* q = p;
+      while (*q != '\0' && !(escape && (static_cast<unsigned char>(*q) < 0x20 || *q == 0x7f))) ++q;
+      out(p, static_cast<std::size_t>(q - p));
+      if (*q == '\0') break;
+      const char* hex = "0123456789abcdef";
+      const char esc[4] = {'\\', 'x', hex[static_cast<unsigned char>(*q) >> 4], hex[*q & 15]};
+      out(esc, 4);
+      p = q + 1;
+    }
+  };
+  say("gcz: error: ");
+  if (const char* path = gcz::mapped_input_at(info->si_addr)) {
+    say(path, /*escape=*/true);
+    say(": the file shrank while gcz read it (was it rewritten in place? replace a file by renaming a new "
+        "one over it)\n");
+  } else {
+    say("a file gcz had mapped into memory shrank while it was read (SIGBUS)\n");
+  }
+  const unsigned char b = SIGBUS;
+  if (g_stop_pipe[1] < 0 || ::write(g_stop_pipe[1], &b, 1) != 1) ::_exit(3);
+  for (;;) ::pause();
+}
+
 void stop_cleanly_on_signals() {
   // A write past the file-size limit (ulimit -f) fails with EFBIG instead of ending gcz: reported,
   // and the unfinished outputs removed, as for a full disk.
   std::signal(SIGXFSZ, SIG_IGN);
-  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) return;
+  struct sigaction bus {};
+  bus.sa_sigaction = on_bus_error;
+  sigemptyset(&bus.sa_mask);
+  bus.sa_flags = SA_SIGINFO;
+  ::sigaction(SIGBUS, &bus, nullptr);
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) {
+    g_stop_pipe[0] = g_stop_pipe[1] = -1;
+    return;
+  }
   try {
     std::thread([] {
       unsigned char b = 0;
@@ -55,12 +96,14 @@ void stop_cleanly_on_signals() {
       }
       if (n != 1) return;
       gcz::remove_unfinished_outputs(/*for_good=*/true);
+      if (b == SIGBUS) ::_exit(3);  // said by on_bus_error, an input's fault (kIoError)
       std::signal(b, SIG_DFL);
       std::raise(b);
     }).detach();
   } catch (const std::system_error&) {  // no thread to be had: the signals keep their defaults
     ::close(g_stop_pipe[0]);
     ::close(g_stop_pipe[1]);
+    g_stop_pipe[0] = g_stop_pipe[1] = -1;
     return;
   }
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
@@ -195,7 +238,9 @@ int flush_standard_output(int rc) {
   const int error = errno;
   if (flushed && !std::ferror(stdout) && std::cout.good()) return rc;
   // A write that failed before the flush left no errno to tell why.
-  std::fprintf(stderr, "gcz: error: cannot write to standard output%s%s: what gcz printed there is incomplete\n",
+  std::fprintf(stderr,
+               "gcz: error: cannot write to standard output%s%s: what gcz printed there is incomplete (the "
+               "command's work is done: the files it writes are in place)\n",
                error != 0 ? ": " : "", error != 0 ? std::strerror(error) : "");
   return rc == gcz::cli::kExitOk ? gcz::cli::kExitIo : rc;
 }

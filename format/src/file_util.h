@@ -37,6 +37,7 @@ class MappedFile {
   std::string path_;
   std::byte* data_ = nullptr;
   uint64_t size_ = 0;
+  void* slot_ = nullptr;  // its entry in the table mapped_input_at reads (none when the table is full)
 };
 
 // The error for an input that is not a regular file (a pipe, a device, a socket).

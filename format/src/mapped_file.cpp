@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "file_util.h"
+#include "gcz/tensor_io.h"
 
 namespace gcz::detail {
 
@@ -66,6 +68,27 @@ uint64_t cgroup_memory_limit() {
   return limit;
 }
 
+// The live mappings, for mapped_input_at: a fixed table a signal handler can read without a lock. A
+// slot is claimed by its path; `begin` is set last and cleared first, so a reader that finds an
+// address in [begin, end) reads a path that lives as long as the mapping the address is in.
+struct MappingSlot {
+  std::atomic<const char*> path{nullptr};
+  std::atomic<uintptr_t> begin{0}, end{0};
+};
+constexpr std::size_t kMappingSlots = 256;  // more mappings at once go unnamed
+MappingSlot g_mappings[kMappingSlots];
+
+MappingSlot* register_mapping(const std::string& path, const std::byte* data, uint64_t size) {
+  for (MappingSlot& slot : g_mappings) {
+    const char* none = nullptr;
+    if (!slot.path.compare_exchange_strong(none, path.c_str())) continue;
+    slot.end.store(reinterpret_cast<uintptr_t>(data) + size, std::memory_order_relaxed);
+    slot.begin.store(reinterpret_cast<uintptr_t>(data), std::memory_order_release);
+    return &slot;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 uint64_t memory_limit_bytes() {
@@ -111,12 +134,18 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
       return io_error(path + ": cannot map: " + std::strerror(errno));
     }
     m->data_ = static_cast<std::byte*>(p);
+    m->slot_ = register_mapping(m->path_, m->data_, m->size_);
   }
   ::close(fd);
   return m;
 }
 
 MappedFile::~MappedFile() {
+  if (auto* slot = static_cast<MappingSlot*>(slot_)) {
+    slot->begin.store(0, std::memory_order_release);
+    slot->end.store(0, std::memory_order_relaxed);
+    slot->path.store(nullptr, std::memory_order_release);
+  }
   if (data_) ::munmap(data_, size_);
 }
 
@@ -129,3 +158,18 @@ void MappedFile::release(uint64_t begin, uint64_t end) const {
 }
 
 }  // namespace gcz::detail
+
+namespace gcz {
+
+const char* mapped_input_at(const void* address) {
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  for (const detail::MappingSlot& slot : detail::g_mappings) {
+    const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
+    if (begin != 0 && a >= begin && a < slot.end.load(std::memory_order_relaxed)) {
+      return slot.path.load(std::memory_order_relaxed);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace gcz

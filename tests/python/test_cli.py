@@ -2192,6 +2192,30 @@ def test_dtype_and_shape_apply_to_raw_files_only(tmp_path):
     assert "r" in names and "embed.weight" in names, names
 
 
+def test_an_input_that_shrinks_while_read_is_an_error_not_a_crash(tmp_path):
+    """gcz maps its inputs: a file truncated while it is read (rewritten in place) takes its pages
+    away, and the next read of them raises SIGBUS. gcz says which file in one line, exit 3, and
+    leaves no output."""
+    np.save(tmp_path / "in.npy", np.random.default_rng(0).standard_normal(32 << 20, dtype=np.float32))
+    p = subprocess.Popen([str(GCZ), "encode", "in.npy", "-o", "out.gcz", "-c", "topk:ratio=0.01", "--threads", "1",
+                          "-q"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    maps, mapped = Path(f"/proc/{p.pid}/maps"), str(tmp_path / "in.npy")
+    for _ in range(5000):  # until gcz has mapped it (a few ms), then at once
+        try:
+            if mapped in maps.read_text():
+                break
+        except OSError:  # gone already
+            break
+    os.truncate(tmp_path / "in.npy", 4096)
+    err = p.communicate(timeout=300)[1]
+    if p.returncode == 0:
+        pytest.skip("gcz read the whole input before it could be truncated")
+    assert p.returncode == EXIT_IO and err.count("\n") == 1, (p.returncode, err)
+    assert err == ("gcz: error: in.npy: the file shrank while gcz read it (was it rewritten in place? replace a "
+                   "file by renaming a new one over it)\n"), err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["in.npy"]
+
+
 def gcz_under_limit(which: str, limit: int):
     """A function that runs gcz as gcz() does (without `check`), with the resource limit `which`
     ("RLIMIT_AS", "RLIMIT_FSIZE", ...) set to `limit`."""
@@ -2347,7 +2371,16 @@ def test_a_report_that_cannot_be_written_is_an_io_error(tmp_path):
         assert r.returncode == EXIT_IO, (command, r)
         line = error_line(r)
         assert line.startswith("gcz: error: cannot write to standard output"), line
-        assert line.endswith(": what gcz printed there is incomplete"), line
+        assert line.endswith(": what gcz printed there is incomplete (the command's work is done: the files it "
+                             "writes are in place)"), line
+    # encode's outputs, the state's next step included, are in place: not to be encoded again.
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([str(GCZ), "encode", str(tmp_path / "a.npy"), "-o", str(tmp_path / "b.gcz"), "-c", "topk",
+                            "--ef-state", str(tmp_path / "s.gcz")], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+    assert r.returncode == EXIT_IO and "the files it writes are in place" in r.stderr.splitlines()[-1], r
+    meta = json.loads(gcz("info", tmp_path / "s.gcz", "--json", check=True).stdout)["metadata"]
+    assert (tmp_path / "b.gcz").exists() and meta["gcz.ef_steps"] == "1", meta
     # With standard output closed, as `>&-` leaves it; -q prints nothing there, and succeeds.
     r = subprocess.run([str(GCZ), "eval", str(tmp_path / "a.npy")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True, timeout=300, preexec_fn=lambda: os.close(1))

@@ -6,8 +6,9 @@
 #include <fstream>
 #include <numeric>
 
-#include "scratch_dir.h"
+#include "file_util.h"
 #include "gcz/tensor_io.h"
+#include "scratch_dir.h"
 
 namespace gcz {
 namespace {
@@ -133,6 +134,22 @@ TEST_F(RawIoTest, WriterRoundTripsIncludingBfloat16) {
   auto two = create_tensor_file(dir_ + "/two.bin", {{"a", DType::kFloat32, {1}}, {"b", DType::kFloat32, {1}}}, {});
   ASSERT_FALSE(two);
   EXPECT_EQ(two.status().code(), StatusCode::kInvalidArgument);
+}
+
+// A SIGBUS handler can name the mapped input an address is in, for as long as it is mapped.
+TEST_F(RawIoTest, MappedInputsAreNamedByAddress) {
+  const std::string a = write("a.bin", std::string(10000, 'a')), b = write("b.bin", std::string(3, 'b'));
+  auto ma = detail::MappedFile::open(a);
+  auto mb = detail::MappedFile::open(b);
+  ASSERT_TRUE(ma && mb);
+  const std::byte* pa = (*ma)->data();
+  EXPECT_STREQ(mapped_input_at(pa), a.c_str());
+  EXPECT_STREQ(mapped_input_at(pa + 9999), a.c_str());
+  EXPECT_STREQ(mapped_input_at((*mb)->data() + 2), b.c_str());
+  EXPECT_EQ(mapped_input_at(&a), nullptr);  // not a mapping of ours
+  ma->reset();
+  EXPECT_EQ(mapped_input_at(pa), nullptr);
+  EXPECT_STREQ(mapped_input_at((*mb)->data()), b.c_str());
 }
 
 TEST_F(DirIoTest, ReadsATreeOfFilesSortedByPath) {

@@ -131,4 +131,9 @@ Result<std::unique_ptr<TensorFileWriter>> create_tensor_file(const std::string& 
 // must not call it.
 void skip_hdf5_cleanup_at_exit();
 
+// The path of the input file gcz has mapped into memory at `address`, or nullptr: for a SIGBUS
+// handler, which is how a mapped file that shrinks while it is read (rewritten in place) is felt.
+// Async-signal-safe; the path lives as long as the mapping, which the faulting thread is still in.
+const char* mapped_input_at(const void* address);
+
 }  // namespace gcz
