@@ -115,7 +115,9 @@ Result<ErrorFeedback> ErrorFeedback::load(const std::string& path) {
   }
   GCZ_ASSIGN_OR_RETURN(const FileVersion after, FileVersion::of(path));
   if (!(after == ef.file_version_)) {
-    return io_error(path + ": replaced by another process while it was read; run again");
+    return io_error(path +
+                    ": replaced by another process while it was read (another run sharing this state? each "
+                    "would take the other's residuals: give each run a state of its own)");
   }
   return ef;
 }

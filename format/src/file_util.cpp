@@ -337,7 +337,8 @@ Status AtomicFile::close() {
 Status AtomicFile::rename_error(int err) const {
   if (replaces_ && err == EEXIST) {
     return io_error(path_ + ": " + (replaces_->exists ? "replaced or removed" : "created") +
-                    " by another process since gcz read or wrote it; not overwritten, so that update is not lost");
+                    " by another process since gcz read or wrote it (another run sharing this file?); not "
+                    "overwritten, so that update is not lost");
   }
   return io_error(path_ + ": cannot rename into place: " + std::strerror(err));
 }

@@ -2353,10 +2353,12 @@ def test_a_file_size_limit_is_an_io_error_with_nothing_left_behind(tmp_path):
                             "x.npz: tensor 'big': write failed: File too large"),
                            (["decode", tmp_path / "big.gcz", "-o", out / "x.h5"],
                             "x.h5: tensor 'big': HDF5 write failed: file write failed: File too large"),
-                           (["decode", tmp_path / "big.gcz", "-o", out / "x.npy"], "File too large")):
+                           (["decode", tmp_path / "big.gcz", "-o", out / "x.npy"], "File too large"),
+                           (["encode", tmp_path / "big.npy", "-o", out / "y.gcz", "-c", "topk", "--ef-state",
+                             out / "ef.gcz", "-q"], f"gcz: error: {out}/ef.gcz: write failed: File too large")):
         r = limited(*command)
         assert r.returncode == EXIT_IO, (command, r)
-        assert words in error_line(r), r.stderr
+        assert words in error_line(r) and error_line(r).count("File too large") == 1, r.stderr
         assert list(out.iterdir()) == [], list(out.iterdir())
 
 

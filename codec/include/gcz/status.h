@@ -43,9 +43,10 @@ class [[nodiscard]] Status {
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
-  // Returns this status with `prefix: ` put in front of its message (for adding file/tensor context).
+  // Returns this status with `prefix: ` put in front of its message (for adding file/tensor context),
+  // unless the message begins with it already (a file named by the error and by its caller).
   Status with_context(const std::string& prefix) const {
-    if (is_ok()) return *this;
+    if (is_ok() || message_.rfind(prefix + ": ", 0) == 0) return *this;
     return {code_, prefix + ": " + message_};
   }
 
