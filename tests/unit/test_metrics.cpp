@@ -373,10 +373,12 @@ TEST(Metrics, UncheckedRunsGiveTheCheckedBits) {
     check_paths_agree(x, with(y, i, inf), 0, 1);
     check_paths_agree(x, with(y, i, std::nanf("")), 0, 1);
   }
-  // float64: an error whose square overflows where x and x-hat's squares do not (a checked run gives
-  // the same Inf), and squares that overflow (the run is taken again, checked).
-  std::vector<double> xd(8192, -1.2e154), yd(8192, 1.2e154);
-  for (double big : {1.2e154, 1e200}) {
+  // float64, one large element among small ones: an error whose square overflows where x and x-hat's
+  // squares, and their sum, do not (the run stays unchecked; a checked run gives the same Inf), and a
+  // square of x that overflows (the run is taken again, checked).
+  std::vector<double> xd(8192, 0.5), yd(8192, 0.25);
+  yd[5000] = 9e153;  // 8.1e307 squared; the error 1.8e154, 3.2e308 squared
+  for (double big : {9e153, 1e200}) {
     xd[5000] = -big;
     Metrics m[2];
     for (int avx2 = 0; avx2 < 2; ++avx2) {
