@@ -16,6 +16,8 @@
 namespace gcz::cli {
 namespace {
 
+constexpr const char* kDefaultThreads = "1,2";  // the thread counts measured when --threads is not given
+
 using json = nlohmann::json;
 
 // The whole run as one JSON document: what --json prints instead of the tables.
@@ -111,7 +113,7 @@ RunFn add_bench_command(CLI::App& app) {
     std::vector<std::string> specs = {"fp16", "bf16", "qsgd", "terngrad", "topk", "randomk", "powersgd", "fp16+zstd"};
     int64_t size_mib = 256;
     int repeats = 5;
-    std::vector<std::string> threads;  // lists, as given (none: 1,2)
+    std::vector<std::string> threads;  // lists, as given (none: kDefaultThreads)
     std::string device = "cpu";
     std::string raw_dtype, raw_shape;
     bool json = false;
@@ -137,7 +139,7 @@ RunFn add_bench_command(CLI::App& app) {
                       " (element-wise codecs split each tensor; whole-tensor codecs take one each)")
       ->check(whole_number_list(kBenchMaxThreads, 1))
       ->allow_extra_args(false)
-      ->default_str("1,2");
+      ->default_str(kDefaultThreads);
   cmd->add_option("--device", a->device, "cpu, cuda (or gpu) or auto")->capture_default_str();
   add_raw_input_options(*cmd, a->raw_dtype, a->raw_shape);
   cmd->add_flag("--json", a->json,
@@ -178,7 +180,7 @@ RunFn add_bench_command(CLI::App& app) {
     if (a->inputs.empty()) o.synthetic_bytes = static_cast<uint64_t>(a->size_mib) << 20;
     o.repeats = a->repeats;
     o.threads.clear();
-    for (const std::string& list : a->threads.empty() ? std::vector<std::string>{"1,2"} : a->threads) {
+    for (const std::string& list : a->threads.empty() ? std::vector<std::string>{kDefaultThreads} : a->threads) {
       for (unsigned n : whole_numbers(list)) o.threads.push_back(n);
     }
     auto device = parse_device(a->device);

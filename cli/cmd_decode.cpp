@@ -33,6 +33,7 @@ RunFn add_decode_command(CLI::App& app) {
       "  gcz decode grads.gcz -o head.npy -t head.weight\n"
       "  gcz decode grads.gcz -o restored/ --widen");
   return [a]() {
+    if (Status s = check_output_option(a->output); !s) return report_error(s);
     DecodeOptions o;
     o.names = a->tensors;
     o.write.widen_bf16 = a->widen;

@@ -53,6 +53,9 @@ RunFn add_encode_command(CLI::App& app) {
     if (!budgets->empty()) options->budget = budgets->front();
     auto view = parse_report_view(a->encode.sort, a->encode.top, /*steps=*/false);
     if (!view) return report_error(view.status());
+    for (const std::string* named : {&a->output, &a->ef_state}) {
+      if (Status s = check_output_option(*named); !s) return report_error(s);
+    }
     if (Status s = check_encode_outputs(a->encode.inputs, a->output, a->ef_state, a->ef_codec); !s) {
       return report_error(s);
     }

@@ -226,7 +226,7 @@ Result<DeviceRequest> parse_device(const std::string& text) {
 }
 
 // The parts of a comma-separated list, empty ones included ("4," gives "4" and "").
-std::vector<std::string> comma_parts(const std::string& text) {
+static std::vector<std::string> comma_parts(const std::string& text) {
   std::vector<std::string> parts;
   for (std::size_t pos = 0; pos <= text.size();) {
     const std::size_t comma = std::min(text.find(',', pos), text.size());
@@ -234,6 +234,12 @@ std::vector<std::string> comma_parts(const std::string& text) {
     pos = comma + 1;
   }
   return parts;
+}
+
+Status check_output_option(const std::string& path) {
+  if (path.empty() || path[0] != '=') return Status::ok();
+  return invalid_argument(path + ": an output named with a leading '=', as -o=NAME gives; write -o NAME (or " +
+                          "--output=NAME), or ./" + path + " for that name");
 }
 
 // What is wrong with `v` as a whole number in least..most: nothing (empty), or the rule it breaks.
@@ -401,7 +407,7 @@ Result<uint64_t> parse_size(const std::string& text) {
   }
   if (bytes) bytes = checked_mul(*bytes, unit->second);
   if (!bytes) return invalid_argument("--budget: '" + text + "' is more than 2^64 - 1 bytes");
-  if (*bytes < 96) {  // a .gcz of no tensor: its header, an index of no tensor, its trailer
+  if (*bytes < 96) {  // a .gcz's 64-byte header and 32-byte trailer alone (FORMAT.md §2); its index is more
     return invalid_argument("--budget: '" + text + "' is " + std::to_string(*bytes) +
                             " bytes; a .gcz takes at least 96");
   }

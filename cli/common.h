@@ -99,6 +99,9 @@ CLI::Validator whole_number(uint64_t most = UINT64_MAX, uint64_t least = 0);
 // the numbers of a list it passed.
 CLI::Validator whole_number_list(uint64_t most, uint64_t least);
 std::vector<unsigned> whole_numbers(const std::string& list);
+// An output named on the command line (-o, --ef-state) that starts with '=', as `-o=NAME` gives a
+// short option (CLI11 keeps the '='), is refused as the slip it almost surely is.
+Status check_output_option(const std::string& path);
 // Each codec's parameters with their defaults, for the help of the commands that take -c.
 extern const char* const kCodecParametersHelp;
 // Turns parsed arguments into library options (checking dtype/shape/rules/device/meta, and that -c,

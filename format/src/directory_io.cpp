@@ -439,11 +439,9 @@ WriterResult create_directory_writer(const std::string& path, const std::vector<
                                      const WriteOptions& options) {
   GCZ_RETURN_IF_ERROR(check_bf16_storable(path, tensors, options, "a directory of .npy files"));
   // Each part of a name becomes a directory's name, or the last a file's, with ".npy" and a temporary
-  // suffix (".tmp-PID-N", up to 23 bytes): 255 bytes at most on common file systems. The whole path,
-  // the temporary directory's (PATH and its suffix), a slash, the name and ".npy", must fit the
-  // system's limit on a path (4096 bytes with its NUL on Linux).
-  constexpr std::size_t kTempSuffix = kTempSuffixBytes, kMostName = kMostNameBytes, kMostPath = kMostPathBytes;
-  constexpr std::size_t kMostFile = kMostName - 4 - kTempSuffix;
+  // suffix (".tmp-PID-N", up to kTempSuffixBytes): kMostNameBytes at most. The whole path, the
+  // temporary directory's (PATH and its suffix), a slash, the name and ".npy", must fit kMostPathBytes.
+  constexpr std::size_t kMostFile = kMostNameBytes - 4 - kTempSuffixBytes;
   std::set<std::string> directories;  // every directory the names make, "a" and "a/b" for "a/b/c"
   for (const TensorInfo& t : tensors) {
     GCZ_RETURN_IF_ERROR(check_path_like_name(path, t.name));
@@ -451,18 +449,18 @@ WriterResult create_directory_writer(const std::string& path, const std::vector<
     for (std::size_t begin = 0, end; begin < t.name.size(); begin = end + 1) {
       end = std::min(t.name.find('/', begin), t.name.size());
       const bool file = end == t.name.size();
-      if (end - begin > (file ? kMostFile : kMostName)) {
+      if (end - begin > (file ? kMostFile : kMostNameBytes)) {
         return invalid_argument(shown + "a part of its name has " + std::to_string(end - begin) +
-                                " bytes, more than the " + std::to_string(file ? kMostFile : kMostName) + " a " +
+                                " bytes, more than the " + std::to_string(file ? kMostFile : kMostNameBytes) + " a " +
                                 (file ? "file" : "directory") +
                                 " name can take here (.safetensors, .npz and .h5 keep long names)");
       }
       if (!file) directories.insert(t.name.substr(0, end));
     }
-    const std::size_t length = path.size() + kTempSuffix + 1 + t.name.size() + 4;
-    if (length > kMostPath) {
+    const std::size_t length = path.size() + kTempSuffixBytes + 1 + t.name.size() + 4;
+    if (length > kMostPathBytes) {
       return invalid_argument(shown + "its file's path would be up to " + std::to_string(length) +
-                              " bytes, more than the " + std::to_string(kMostPath) +
+                              " bytes, more than the " + std::to_string(kMostPathBytes) +
                               " a path can take here; choose a shorter output path, or .safetensors, .npz or .h5");
     }
   }

@@ -62,8 +62,7 @@ std::filesystem::path directory_of(const std::string& path);
 // a symbolic link, a device, a pipe): the rename that puts an output in place would replace it.
 Status check_output_file(const std::string& path);
 
-// Refuses "-", which names standard output to many tools, and would be a file named "-" here; and a
-// name starting with '=', which is what "-o=NAME" gives (a short option takes the rest as its value).
+// Refuses "-", which names standard output to many tools, and would be a file named "-" here.
 Status check_output_spelling(const std::string& path);
 
 // The directory an output (a file, or a directory named with or without a trailing '/') goes into

@@ -25,12 +25,6 @@ Status check_output_spelling(const std::string& path) {
         "-: gcz writes its outputs to named files (a temporary one renamed into place), not to standard output; "
         "give a file name");
   }
-  if (!path.empty() && path[0] == '=') {  // what "-o=out.gcz" gives a short option
-    return invalid_argument(path +
-                            ": an output named with a leading '=', as -o=NAME gives; write -o NAME (or "
-                            "--output=NAME), or ./" +
-                            path + " for that name");
-  }
   return Status::ok();
 }
 

@@ -75,6 +75,9 @@ bool encode_once(const gcz::TensorInfo& t, const std::vector<float>& x, unsigned
   codec.set_threads(threads);
   codec.set_context({0, gcz::tensor_key(t.name)});
   const uint64_t n = x.size(), unit = codec.streaming_unit(), slice_unit = codec.prepare_unit();
+  if (unit == 0 || slice_unit == 0) {
+    return std::fprintf(stderr, "terngrad_passes: terngrad's tensor scale no longer streams\n"), false;
+  }
   const uint64_t chunk = std::max(unit, (uint64_t{1} << 24) / unit * unit);
   const uint64_t slice = std::max(slice_unit, (uint64_t{1} << 24) / slice_unit * slice_unit);
   std::vector<gcz::ByteBuffer> out(codec.stream_names(t).size());

@@ -157,9 +157,9 @@ class Codec {
 
   // Encodes elements [first, first + count) of `t`, given at `src` in t.dtype, appending the bytes of
   // stream i to out[i] (out has one buffer per stream). A ByteBuffer grows uninitialised: the codec
-  // writes every byte it appends. The caller's part, not checked: `t` is a valid tensor (what a
-  // reader of any input gives), the range lies within it on chunk_unit() boundaries, and src holds
-  // its count elements.
+  // writes every byte it appends. The caller's part, which a codec need not check: `t` is a valid
+  // tensor (what a reader of any input gives), the range lies within it on chunk_unit() boundaries
+  // (or streaming_unit()'s, after prepare(): above), and src holds its count elements.
   virtual Status encode(const TensorInfo& t, const void* src, uint64_t first, uint64_t count,
                         std::vector<ByteBuffer>& out) = 0;
 
