@@ -328,6 +328,20 @@ void print_steps(std::FILE* out, const std::vector<StepReport>& steps, const std
 
 void print_warnings(const EncodeReport& report, bool rules, const std::string& step) {
   const std::string at = step.empty() ? std::string() : printable(step) + ": ";
+  if (!report.ef_new.empty()) {  // a model grown, or some tensors renamed (all renamed is refused)
+    std::string names;
+    for (std::size_t k = 0; k < report.ef_new.size() && k < 3; ++k) {
+      names += (k ? ", '" : "'") + printable(report.ef_new[k]) + "'";
+    }
+    if (report.ef_new.size() > 3) names += ", ... (" + std::to_string(report.ef_new.size()) + " in all)";
+    const std::string unused =
+        report.ef_unused == 0 ? ""
+                              : "; it keeps " + count_of(report.ef_unused, "residual") + " no tensor of this step took";
+    std::fprintf(stderr,
+                 "gcz: note: %sthe error-feedback state holds no residual for %s, which start%s from zero (new, or "
+                 "renamed since)%s\n",
+                 at.c_str(), names.c_str(), report.ef_new.size() == 1 ? "s" : "", unused.c_str());
+  }
   if (report.adaptive && !report.adaptive->fits) {
     const AdaptiveChoice& a = *report.adaptive;
     std::fprintf(stderr, "gcz: warning: %sno --adapt level fits the budget of %s: the strongest, '%s', takes %llu\n",

@@ -237,6 +237,15 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   if (options.error_feedback && options.refuse_foreign_state) {
     GCZ_RETURN_IF_ERROR(check_state_matches(*options.error_feedback, seen));
   }
+  if (const ErrorFeedback* ef = options.error_feedback; ef && ef->feedback()) {
+    const std::vector<std::string> held = ef->names();
+    if (!held.empty()) {
+      for (const auto& [name, file] : seen) {
+        if (!ef->find(name)) report.ef_new.push_back(name);
+      }
+      for (const std::string& name : held) report.ef_unused += seen.count(name) == 0;
+    }
+  }
   if (tensor_count == 0) {
     // Nothing to encode is a mistake (an empty directory, a dump of integers), as for one .npy of them.
     const std::string where = inputs.size() == 1 ? inputs[0] : std::to_string(inputs.size()) + " inputs";

@@ -1702,11 +1702,12 @@ def test_state_mistakes_are_caught_and_named(tmp_path):
     assert f"the state {tmp_path}/ef.gcz holds residuals for 'blocks.0.mix.bias', " in line, line
     assert ", ... (22 in all) and none for this step's tensors 'other': another model's or run's state" in line, line
     assert (tmp_path / "ef.gcz").read_bytes() == state_before
-    # One name shared is enough (a tensor new to the state starts from zero).
+    # One name shared is enough (a tensor new to the state starts from zero, and a note says so).
     np.save(tmp_path / "other.npy", np.ones(10, np.float32))
     r = gcz("encode", src, tmp_path / "other.npy", "-o", tmp_path / "o.gcz", "-c", "fp16", "--ef-state",
             tmp_path / "ef.gcz", "-q", check=True)
-    assert r.stderr == ""
+    assert r.stderr == ("gcz: note: the error-feedback state holds no residual for 'other', which starts from zero "
+                        "(new, or renamed since)\n"), r.stderr
     # A tensor whose shape changed: the error names the state, and says what to do.
     np.save(tmp_path / "other.npy", np.ones(12, np.float32))
     r = gcz("encode", tmp_path / "other.npy", "-o", tmp_path / "o3.gcz", "--ef-state", tmp_path / "ef.gcz", "-q")
@@ -2709,6 +2710,27 @@ def test_eval_steps_without_ef_start_powersgd_cold_at_every_step(tmp_path):
     carried = json.loads(gcz("eval", "--steps", tmp_path / "m.npy", tmp_path / "m.npy", "-c", "powersgd:rank=2",
                              "--ef", "--json", check=True).stdout)["steps"]
     assert carried[1]["tensors"][0]["metrics"]["rel_l2"] != steps[1]["tensors"][0]["metrics"]["rel_l2"]
+
+
+def test_tensors_new_to_the_state_are_named(tmp_path):
+    """A tensor the state holds no residual for starts from zero, and a note names it, counting the
+    residuals the step left (a renamed tensor leaves its old one); eval --steps --ef says it per step."""
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "s0.npz", a=rng.standard_normal(100, dtype=np.float32),
+             b=rng.standard_normal(50, dtype=np.float32))
+    np.savez(tmp_path / "s1.npz", a=rng.standard_normal(100, dtype=np.float32),
+             c=rng.standard_normal(50, dtype=np.float32), d=rng.standard_normal(5, dtype=np.float32))
+    note = ("the error-feedback state holds no residual for 'c', 'd', which start from zero (new, or renamed since); "
+            "it keeps 1 residual no tensor of this step took")
+    for k in (0, 1):
+        r = gcz("encode", tmp_path / f"s{k}.npz", "-o", tmp_path / f"o{k}.gcz", "-c", "topk:ratio=0.1", "--ef-state",
+                tmp_path / "ef.gcz", "-q", check=True)
+        assert (f"gcz: note: {note}" in r.stderr.splitlines()) == (k == 1), r.stderr
+    r = gcz("eval", "--steps", tmp_path / "s0.npz", tmp_path / "s1.npz", "-c", "topk:ratio=0.1", "--ef", "-q",
+            check=True)
+    assert f"gcz: note: {tmp_path / 's1.npz'}: {note}" in r.stderr.splitlines(), r.stderr
+    r = gcz("eval", "--steps", tmp_path / "s0.npz", tmp_path / "s1.npz", "-c", "topk:ratio=0.1", "-q", check=True)
+    assert "no residual" not in r.stderr, r.stderr  # without --ef nothing is carried
 
 
 def test_the_state_lists_a_residual_for_an_empty_tensor(tmp_path):

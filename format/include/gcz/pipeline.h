@@ -146,6 +146,11 @@ struct EncodeReport {
   uint64_t seed = 0;           // the seed recorded for every tensor (see EncodeOptions)
   std::vector<RuleUse> rules;  // one per EncodeOptions::rules, in order
   std::optional<AdaptiveChoice> adaptive;  // with EncodeOptions::levels
+  // With error feedback from a state that held residuals: this step's tensors it held none for (they
+  // start from zero: new, or renamed since), in name order, and how many of its residuals no tensor
+  // of this step took (kept for a later step).
+  std::vector<std::string> ef_new;
+  uint64_t ef_unused = 0;
 };
 
 // Encodes every floating tensor of `inputs` (files or directories) into `output`; with an empty
