@@ -399,8 +399,8 @@ class DirectoryWriter final : public SequentialWriter {
 
 // The output directory may not exist yet, or may exist empty; anything else would be merged into.
 Status check_output_directory(const std::string& path) {
-  std::string trimmed = path;  // "out/" is "out", whose status a file named so would hide behind ENOTDIR
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  // "out/" is "out", whose status a file named so would hide behind ENOTDIR
+  const std::string trimmed = without_trailing_slashes(path);
   const std::string last = fs::path(trimmed).filename().string();
   if (last.empty() || last == "." || last == "..") {
     // A temporary directory is renamed into place: not over one named by '.' or '..', nor over '/'.

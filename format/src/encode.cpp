@@ -272,7 +272,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   uint64_t bytes_in = 0;
   // A failure names its input (a reader's own errors already start with it, or with a file in it).
   auto in_file = [&](const Status& s, std::string path) {
-    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    path = detail::without_trailing_slashes(std::move(path));
     const std::string& m = s.message();
     return m.rfind(path + ": ", 0) == 0 || m.rfind(path + "/", 0) == 0 ? s : s.with_context(path);
   };

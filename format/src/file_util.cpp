@@ -76,10 +76,14 @@ std::filesystem::path directory_of(const std::string& path) {
   return dir.empty() ? std::filesystem::path(".") : dir;
 }
 
+std::string without_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
 std::string make_temp_path(const std::string& target) {
   static std::atomic<unsigned> counter{0};
-  std::string base = target;
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  const std::string base = without_trailing_slashes(target);
   // A name that exists was left by a process of the same number that was killed (SIGKILL leaves its
   // temporaries; the signals gcz handles do not): the next number is taken instead.
   std::string tmp;

@@ -49,11 +49,18 @@ uint64_t physical_memory_bytes();
 // address space or data segment (ulimit -v, -d), or of its cgroup or one above it (cgroup v2's
 // memory.max, v1's memory.limit_in_bytes; read once), as the numpy reader bounds it. 0 when none is known.
 uint64_t memory_limit_bytes();
+// kUnsupported where reading something would take `bytes` of memory, more than half of what this
+// process may use (the rest is for the work it describes); `where` names it ("grads.gcz: the index"),
+// e.g. a JSON text's tree (JsonShape::dom_bytes).
+Status check_memory_to_read(uint64_t bytes, const std::string& where);
 
 // `path` made absolute, with what exists of it resolved ("s.gcz" and "./s.gcz" give the same).
 std::filesystem::path resolved_path(const std::string& path);
 // Whether two paths name the same file, whether or not it exists yet.
 bool same_file(const std::string& a, const std::string& b);
+
+// `path` without the slashes that end it ("out/" is "out"; "/" stays "/"): a directory's own name.
+std::string without_trailing_slashes(std::string path);
 
 // The directory that holds `path` ("." for a bare name).
 std::filesystem::path directory_of(const std::string& path);

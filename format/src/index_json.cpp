@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "file_util.h"
 #include "gcz/detail/utf8.h"
 #include "json_shape.h"
 
@@ -192,7 +193,8 @@ Result<FileIndex> parse_index(const std::string& text, uint16_t version_major, c
     return rule_error(StatusCode::kFormatError, path, "", "index-json",
                       shape.problem().empty() || !shape.syntax_error().empty() ? kNotJson : shape.problem());
   }
-  GCZ_RETURN_IF_ERROR(check_json_memory(shape, (path.empty() ? std::string("a .gcz") : path) + ": the index"));
+  GCZ_RETURN_IF_ERROR(
+      check_memory_to_read(shape.dom_bytes(), (path.empty() ? std::string("a .gcz") : path) + ": the index"));
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return rule_error(StatusCode::kFormatError, path, "", "index-json", kNotJson);
   FileIndex index;

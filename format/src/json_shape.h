@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "file_util.h"
 #include "gcz/status.h"
 
 namespace gcz::detail {
@@ -117,16 +116,5 @@ class JsonShape {
   std::size_t duplicate_depth_ = 0;
   uint64_t dom_bytes_ = 0;
 };
-
-// kUnsupported where the tree of a text `shape` has read would take more than half the memory this
-// process may use (memory_limit_bytes(): the rest is for the work the text describes); `where` names
-// the text ("grads.gcz: the index").
-inline Status check_json_memory(const JsonShape& shape, const std::string& where) {
-  const uint64_t memory = memory_limit_bytes();
-  if (memory == 0 || shape.dom_bytes() <= memory / 2) return Status::ok();
-  return unsupported(where + " would take about " + std::to_string(shape.dom_bytes() >> 20) +
-                     " MiB of memory to read, more than half of what this process may use (" +
-                     std::to_string(memory >> 20) + " MiB)");
-}
 
 }  // namespace gcz::detail

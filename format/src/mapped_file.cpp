@@ -102,6 +102,14 @@ uint64_t memory_limit_bytes() {
   return most;
 }
 
+Status check_memory_to_read(uint64_t bytes, const std::string& where) {
+  const uint64_t memory = memory_limit_bytes();
+  if (memory == 0 || bytes <= memory / 2) return Status::ok();
+  return unsupported(where + " would take about " + std::to_string(bytes >> 20) +
+                     " MiB of memory to read, more than half of what this process may use (" +
+                     std::to_string(memory >> 20) + " MiB)");
+}
+
 Status not_a_regular_file(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return io_error(path + ": a directory, not a file");

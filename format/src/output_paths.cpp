@@ -46,8 +46,7 @@ Status check_output_file(const std::string& path) {
 }
 
 Status check_output_parent(const std::string& path) {
-  std::string trimmed = path;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();  // a directory output's own name
+  const std::string trimmed = without_trailing_slashes(path);  // a directory output's own name
   const std::size_t name = std::filesystem::path(trimmed).filename().string().size();
   if (name + kTempSuffixBytes > kMostNameBytes || trimmed.size() + kTempSuffixBytes > kMostPathBytes) {
     const bool whole = name + kTempSuffixBytes <= kMostNameBytes;

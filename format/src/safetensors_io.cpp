@@ -6,6 +6,7 @@
 #include <set>
 
 #include "file_kind.h"
+#include "file_util.h"
 #include "json_shape.h"
 #include "tensor_io_common.h"
 
@@ -122,7 +123,7 @@ Result<json> parse_header_json(const std::string& path, const char* text, std::s
     if (shape.outer_key().empty()) return format_error(path + ": " + shape.problem());
     return format_error(tensor_context(path, shape.outer_key()) + ": " + shape.problem());
   }
-  GCZ_RETURN_IF_ERROR(check_json_memory(shape, path + ": the safetensors header"));
+  GCZ_RETURN_IF_ERROR(check_memory_to_read(shape.dom_bytes(), path + ": the safetensors header"));
   json header = json::parse(text, text + size, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) return format_error(path + ": safetensors header is not valid JSON");
   if (!header.is_object()) return format_error(path + ": safetensors header is not a JSON object");

@@ -233,8 +233,7 @@ TempPath::~TempPath() {
 }
 
 Status TempPath::commit() {
-  std::string dest = target_;
-  while (dest.size() > 1 && dest.back() == '/') dest.pop_back();
+  const std::string dest = without_trailing_slashes(target_);
   // A single file (.npz, .h5) is flushed before it replaces anything; a directory's files are not.
   std::error_code ec;
   if (std::filesystem::is_regular_file(tmp_, ec)) sync_file(tmp_);
