@@ -1,5 +1,6 @@
 target_sources(gcz PRIVATE
   codec/src/backend.cpp
+  codec/src/blas_threads.cpp
   codec/src/cast_codec.cpp
   codec/src/codec.cpp
   codec/src/codec_plan.cpp

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <optional>
 
+#include "blas_threads.h"
 #include "gcz/codec_spec.h"
 #include "gcz/convert.h"
 #include "gcz/detail/float_bits.h"
@@ -20,13 +20,6 @@
 #include "gcz/detail/value_codec.h"
 #include "parallel.h"
 #include "powersgd_host.h"
-
-#ifdef GCZ_HAVE_OPENBLAS
-// OpenBLAS's own call to stop its worker threads (what it does before a fork), exported by its
-// pthreads build though not declared in cblas.h: weak, so a build without it (serial, OpenMP) links
-// and skips it.
-extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
-#endif
 
 namespace gcz {
 namespace {
@@ -131,14 +124,6 @@ Result<std::string> fallback_reason(const TensorInfo& t, const Config& c) {
            " matrix would not make it min_rate=" + rate + " times smaller";
   }
   return std::string();
-}
-
-// Pins OpenBLAS to one thread, once: the bytes must not depend on the core count (docs: determinism).
-void pin_blas_threads() {
-#ifdef GCZ_HAVE_OPENBLAS
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-#endif
 }
 
 // x·2^k for n float32 values, rounded once as by ldexp; k is in [−127, 149] (the range −ilogb takes).
@@ -400,20 +385,12 @@ class PowerSgdCodec final : public Codec {
 
 }  // namespace
 
-void release_blas_threads() {
-  pin_blas_threads();
-#ifdef GCZ_HAVE_OPENBLAS
-  // With one thread pinned, OpenBLAS runs every call on the caller's thread and starts no worker again.
-  if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
-#endif
-}
-
 Result<std::unique_ptr<Codec>> make_powersgd_codec(const Params& params, Backend) {
   GCZ_ASSIGN_OR_RETURN(Config c, parse_config(params));
   // The same value codec twice, under the stream prefixes p and q (and their own random streams).
   ValueCodec p = c.factor_codec->with_key("p");
   ValueCodec q = c.factor_codec->with_key("q");
-  pin_blas_threads();
+  detail::pin_blas_threads();
   return std::unique_ptr<Codec>(new PowerSgdCodec(std::move(c), std::move(p), std::move(q)));
 }
 
