@@ -285,8 +285,9 @@ Result<std::unique_ptr<GczReader>> GczReader::open(const std::string& path) {
   GCZ_ASSIGN_OR_RETURN(impl->index,
                        detail::check_index(std::string(b + index_offset, index_length), index_offset, path));
   impl->index.version_minor = minor;
-  for (std::size_t i = 0; i < impl->index.tensors.size(); ++i)
+  for (std::size_t i = 0; i < impl->index.tensors.size(); ++i) {
     impl->by_name.emplace(impl->index.tensors[i].info.name, i);
+  }
   return std::unique_ptr<GczReader>(new GczReader(std::move(impl)));
 }
 
