@@ -47,27 +47,13 @@ Result<double> best_time(int repeats, F f) {
   return best;
 }
 
-// Gradient-like synthetic data: Gaussian values with per-row scales spanning four decades and 5%
-// dead rows, seeded.
-Tensor synthetic(uint64_t bytes) {
-  const uint64_t cols = 1024, rows = std::max<uint64_t>(1, bytes / 4 / cols);
-  Tensor t{{"synthetic", DType::kFloat32, {rows, cols}}, ByteBuffer(rows * cols * 4)};
-  auto* p = reinterpret_cast<float*>(t.data.data());
-  std::mt19937_64 rng(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> decade(-6.0f, -2.0f);
-  for (uint64_t r = 0; r < rows; ++r) {
-    const bool dead = rng() % 20 == 0;
-    const float scale = std::pow(10.0f, decade(rng));
-    for (uint64_t c = 0; c < cols; ++c) p[r * cols + c] = dead ? 0.0f : scale * normal(rng);
-  }
-  return t;
-}
-
 Result<std::vector<Tensor>> load_inputs(const BenchOptions& o) {
   std::vector<Tensor> out;
   if (o.inputs.empty()) {
-    out.push_back(synthetic(o.synthetic_bytes));
+    const uint64_t cols = kBenchSyntheticColumns, rows = std::max<uint64_t>(1, o.synthetic_bytes / 4 / cols);
+    Tensor t{{"synthetic", DType::kFloat32, {rows, cols}}, ByteBuffer(rows * cols * 4)};
+    bench_synthetic_fill(reinterpret_cast<float*>(t.data.data()), rows);
+    out.push_back(std::move(t));
     return out;
   }
   for (const std::string& path : o.inputs) {
@@ -328,6 +314,18 @@ Result<BenchYardstick> measure_yardstick(const std::byte* src, std::byte* dst, s
 }
 
 }  // namespace
+
+void bench_synthetic_fill(float* p, uint64_t rows) {
+  const uint64_t cols = kBenchSyntheticColumns;
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> decade(-6.0f, -2.0f);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const bool dead = rng() % 20 == 0;
+    const float scale = std::pow(10.0f, decade(rng));
+    for (uint64_t c = 0; c < cols; ++c) p[r * cols + c] = dead ? 0.0f : scale * normal(rng);
+  }
+}
 
 uint64_t bench_max_synthetic_bytes() {
   const uint64_t memory = detail::memory_limit_bytes();

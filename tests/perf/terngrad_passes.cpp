@@ -16,10 +16,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <thread>
 #include <vector>
 
+#include "gcz/bench.h"
 #include "gcz/codec.h"
 
 namespace {
@@ -47,19 +47,6 @@ uint64_t read_all(const std::vector<float>& x, unsigned threads) {
   uint64_t all = 0;
   for (uint64_t p : part) all ^= p;
   return all;
-}
-
-std::vector<float> synthetic(uint64_t rows, uint64_t cols) {
-  std::vector<float> x(rows * cols);
-  std::mt19937_64 rng(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> decade(-6.0f, -2.0f);
-  for (uint64_t r = 0; r < rows; ++r) {
-    const bool dead = rng() % 20 == 0;
-    const float scale = std::pow(10.0f, decade(rng));
-    for (uint64_t c = 0; c < cols; ++c) x[r * cols + c] = dead ? 0.0f : scale * normal(rng);
-  }
-  return x;
 }
 
 struct Times {
@@ -110,8 +97,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: terngrad_passes [REPEATS >= 1] [MIB, 1..1048576]\n");
     return 2;
   }
-  const uint64_t cols = 1024, rows = std::max<uint64_t>(1, (mib << 20) / 4 / cols);
-  const std::vector<float> x = synthetic(rows, cols);
+  const uint64_t cols = gcz::kBenchSyntheticColumns, rows = std::max<uint64_t>(1, (mib << 20) / 4 / cols);
+  std::vector<float> x(rows * cols);
+  gcz::bench_synthetic_fill(x.data(), rows);
   const gcz::TensorInfo t{"synthetic", gcz::DType::kFloat32, {rows, cols}};
   const uint64_t expect = read_all(x, 1);
   Times best[2];

@@ -67,6 +67,11 @@ struct BenchResult {
   std::vector<BenchRow> rows;
 };
 
+// The benchmark's synthetic data: `rows` rows of kBenchSyntheticColumns float32 values to `out`,
+// gradient-like (Gaussian rows, their scales over four decades, 5% of them zero), seeded.
+inline constexpr uint64_t kBenchSyntheticColumns = 1024;
+void bench_synthetic_fill(float* out, uint64_t rows);
+
 // The most synthetic bytes run_bench takes on this machine: a fifth of the memory this process may use
 // (its physical memory, or less under ulimit -v or -d or a cgroup's limit), since a run holds about
 // five copies of the data (the input, the memcpy yardstick's copy, the streams, the
