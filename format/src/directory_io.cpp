@@ -137,6 +137,7 @@ class RenamedSource final : public TensorSource {
   const TensorInfo& info() const override { return info_; }
   Status read(uint64_t first, uint64_t count, void* dst) override { return inner_->read(first, count, dst); }
   void release(uint64_t end) override { inner_->release(end); }
+  Status check_unchanged() const override { return inner_->check_unchanged(); }
 
  private:
   std::unique_ptr<TensorSource> inner_;

@@ -303,6 +303,8 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
                          std::to_string(numel * dtype_size(t.dtype)) + " bytes of input)");
       }
       if (!tr) return in_file(tr.status(), inputs[r]);
+      // Before the tensor counts: elements of two versions of a file would be encoded without a word.
+      if (Status s = src->check_unchanged(); !s) return in_file(s, inputs[r]);
       bytes_in += tr->metrics.bytes_in;
       if (tr->cumulative) {
         if (!cumulative) cumulative.emplace();

@@ -31,12 +31,18 @@ class MappedFile {
   const std::string& path() const { return path_; }
   // Drops the resident pages of [begin, end) (page-rounded inward); they are read again if touched.
   void release(uint64_t begin, uint64_t end) const;
+  // kIoError where the file at path() is still the one mapped but its size or modification time
+  // has changed since (rewritten in place, read perhaps half old, half new). A file removed, or
+  // replaced by another under its name, left the mapping whole.
+  Status check_unchanged() const;
 
  private:
   MappedFile() = default;
   std::string path_;
   std::byte* data_ = nullptr;
   uint64_t size_ = 0;
+  uint64_t device_ = 0, inode_ = 0;
+  int64_t mtime_ns_ = 0;
   void* slot_ = nullptr;  // its entry in the table mapped_input_at reads (none when the table is full)
 };
 

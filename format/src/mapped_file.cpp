@@ -135,6 +135,9 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   std::unique_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
   m->size_ = static_cast<uint64_t>(st.st_size);
+  m->device_ = static_cast<uint64_t>(st.st_dev);
+  m->inode_ = static_cast<uint64_t>(st.st_ino);
+  m->mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (m->size_ > 0) {
     void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -155,6 +158,19 @@ MappedFile::~MappedFile() {
     slot->path.store(nullptr, std::memory_order_release);
   }
   if (data_) ::munmap(data_, size_);
+}
+
+Status MappedFile::check_unchanged() const {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) return Status::ok();  // removed: the mapping keeps what it held
+  if (static_cast<uint64_t>(st.st_dev) != device_ || static_cast<uint64_t>(st.st_ino) != inode_) {
+    return Status::ok();  // another file under the name: this one was read whole
+  }
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (static_cast<uint64_t>(st.st_size) == size_ && mtime_ns == mtime_ns_) return Status::ok();
+  return io_error(path_ +
+                  ": the file changed while gcz read it (was it rewritten in place? replace a file by renaming a "
+                  "new one over it)");
 }
 
 void MappedFile::release(uint64_t begin, uint64_t end) const {

@@ -103,6 +103,7 @@ class MappedTensorSource : public TensorSource {
   // elements are aligned in memory.
   const std::byte* view(uint64_t first, uint64_t count) override;
   void release(uint64_t end) override;
+  Status check_unchanged() const override { return file_->check_unchanged(); }
 
  private:
   std::shared_ptr<const MappedFile> file_;

@@ -2217,6 +2217,48 @@ def test_an_input_that_shrinks_while_read_is_an_error_not_a_crash(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["in.npy"]
 
 
+def test_an_input_rewritten_in_place_while_read_is_an_error(tmp_path):
+    """An input rewritten in place to the same length, while gcz reads it, would be read half old,
+    half new: once a tensor is read, gcz checks the file is the one it opened, unchanged (size and
+    modification time), and stops with exit 3, leaving nothing, if not."""
+    np.save(tmp_path / "in.npy", np.random.default_rng(0).standard_normal((4096, 8192), dtype=np.float32))
+    before = os.stat(tmp_path / "in.npy").st_mtime_ns
+    # PowerSGD reads the tensor once, then multiplies (Top-K, which reads it in passes, checks itself).
+    p = subprocess.Popen([str(GCZ), "encode", "in.npy", "-o", "out.gcz", "-c", "powersgd:rank=8", "--threads", "1",
+                          "-q"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    maps, mapped = Path(f"/proc/{p.pid}/maps"), str(tmp_path / "in.npy")
+    for _ in range(5000):  # until gcz has mapped it (a few ms), then at once
+        try:
+            if mapped in maps.read_text():
+                break
+        except OSError:  # gone already
+            break
+    with open(tmp_path / "in.npy", "r+b") as f:  # the same length, other bytes, a later time
+        f.seek(1 << 20)
+        f.write(bytes(1 << 20))
+    os.utime(tmp_path / "in.npy", ns=(before + 10**9, before + 10**9))
+    err = p.communicate(timeout=300)[1]
+    if p.returncode == 0:
+        pytest.skip("gcz read the whole input before it could be rewritten")
+    assert p.returncode == EXIT_IO, (p.returncode, err)
+    assert err == ("gcz: error: in.npy: the file changed while gcz read it (was it rewritten in place? replace a "
+                   "file by renaming a new one over it)\n"), err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["in.npy"]
+    # Replaced by a rename instead: the file gcz opened is read whole, and that is no error.
+    np.save(tmp_path / "new.npy", np.ones(4, np.float32))
+    p = subprocess.Popen([str(GCZ), "encode", "in.npy", "-o", "out.gcz", "-c", "topk:ratio=0.01", "--threads", "1",
+                          "-q"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    for _ in range(5000):
+        try:
+            if mapped in maps.read_text():
+                break
+        except OSError:
+            break
+    os.replace(tmp_path / "new.npy", tmp_path / "in.npy")
+    err = p.communicate(timeout=300)[1]
+    assert p.returncode == 0 and "error" not in err, err
+
+
 def gcz_under_limit(which: str, limit: int):
     """A function that runs gcz as gcz() does (without `check`), with the resource limit `which`
     ("RLIMIT_AS", "RLIMIT_FSIZE", ...) set to `limit`."""

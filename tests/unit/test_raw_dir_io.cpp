@@ -2,6 +2,7 @@
 // extensions.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -150,6 +151,35 @@ TEST_F(RawIoTest, MappedInputsAreNamedByAddress) {
   ma->reset();
   EXPECT_EQ(mapped_input_at(pa), nullptr);
   EXPECT_STREQ(mapped_input_at((*mb)->data()), b.c_str());
+}
+
+// A file rewritten in place since it was mapped is changed; one removed or renamed over is not
+// (the mapping holds what was opened, whole).
+TEST_F(RawIoTest, AMappedFileRewrittenInPlaceIsChanged) {
+  const std::string a = write("a.bin", std::string(1000, 'a'));
+  auto m = detail::MappedFile::open(a);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE((*m)->check_unchanged());
+  {
+    std::fstream f(a, std::ios::in | std::ios::out | std::ios::binary);  // the same length, other bytes
+    f.seekp(10);
+    f << "zz";
+  }
+  fs::last_write_time(a, fs::last_write_time(a) + std::chrono::seconds(1));  // a later write, however coarse the clock
+  const Status changed = (*m)->check_unchanged();
+  EXPECT_EQ(changed.code(), StatusCode::kIoError);
+  EXPECT_EQ(changed.message(), a + ": the file changed while gcz read it (was it rewritten in place? replace a file "
+                                   "by renaming a new one over it)");
+  write("a.bin", std::string(1001, 'a'));  // a longer one, in place
+  EXPECT_FALSE((*m)->check_unchanged());
+
+  const std::string b = write("b.bin", "bbbb"), c = write("c.bin", "cc");
+  auto mb = detail::MappedFile::open(b);
+  ASSERT_TRUE(mb);
+  fs::rename(c, b);  // another file under the name
+  EXPECT_TRUE((*mb)->check_unchanged());
+  fs::remove(b);
+  EXPECT_TRUE((*mb)->check_unchanged());
 }
 
 TEST_F(DirIoTest, ReadsATreeOfFilesSortedByPath) {

@@ -52,6 +52,9 @@ class TensorSource {
   }
   // Hints that elements before `end` will not be read again, so their pages can leave memory.
   virtual void release(uint64_t end) { (void)end; }
+  // After the reads: kIoError where the file they came from was changed in place since it was opened
+  // (the elements read may then mix two versions of it); one replaced by a rename was read whole.
+  virtual Status check_unchanged() const { return Status::ok(); }
 };
 
 struct SkippedTensor {
