@@ -136,6 +136,7 @@ class RenamedSource final : public TensorSource {
       : inner_(std::move(inner)), info_(std::move(info)) {}
   const TensorInfo& info() const override { return info_; }
   Status read(uint64_t first, uint64_t count, void* dst) override { return inner_->read(first, count, dst); }
+  const std::byte* view(uint64_t first, uint64_t count) override { return inner_->view(first, count); }
   void release(uint64_t end) override { inner_->release(end); }
   Status check_unchanged() const override { return inner_->check_unchanged(); }
 

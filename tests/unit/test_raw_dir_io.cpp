@@ -215,6 +215,14 @@ TEST_F(DirIoTest, ReadsATreeOfFilesSortedByPath) {
   auto src = (*r)->open(3);
   ASSERT_TRUE(src);
   EXPECT_EQ((*src)->info().name, "sub/b/y");
+  // A member's elements where its file holds them in place, as that file's own source gives them
+  // (an encoder then reads them without a copy).
+  auto mapped = (*r)->open(0);
+  ASSERT_TRUE(mapped);
+  const auto* at = reinterpret_cast<const float*>((*mapped)->view(0, a.size()));
+  ASSERT_NE(at, nullptr);
+  EXPECT_EQ(std::vector<float>(at, at + a.size()), a);
+  EXPECT_TRUE((*mapped)->check_unchanged());
 
   std::vector<std::string> skipped;
   for (const auto& s : (*r)->skipped()) skipped.push_back(s.name + ": " + s.reason);
