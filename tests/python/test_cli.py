@@ -2193,20 +2193,27 @@ def test_dtype_and_shape_apply_to_raw_files_only(tmp_path):
     assert "r" in names and "embed.weight" in names, names
 
 
-def test_an_input_that_shrinks_while_read_is_an_error_not_a_crash(tmp_path):
-    """gcz maps its inputs: a file truncated while it is read (rewritten in place) takes its pages
-    away, and the next read of them raises SIGBUS. gcz says which file in one line, exit 3, and
-    leaves no output."""
-    np.save(tmp_path / "in.npy", np.random.default_rng(0).standard_normal(32 << 20, dtype=np.float32))
-    p = subprocess.Popen([str(GCZ), "encode", "in.npy", "-o", "out.gcz", "-c", "topk:ratio=0.01", "--threads", "1",
-                          "-q"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+def encode_once_mapped(tmp_path: Path, codec: str) -> subprocess.Popen:
+    """Starts `gcz encode in.npy -o out.gcz -c CODEC` in tmp_path on one thread, and returns once
+    gcz has mapped in.npy (a few ms), or has ended."""
+    p = subprocess.Popen([str(GCZ), "encode", "in.npy", "-o", "out.gcz", "-c", codec, "--threads", "1", "-q"],
+                         cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     maps, mapped = Path(f"/proc/{p.pid}/maps"), str(tmp_path / "in.npy")
-    for _ in range(5000):  # until gcz has mapped it (a few ms), then at once
+    for _ in range(5000):
         try:
             if mapped in maps.read_text():
                 break
         except OSError:  # gone already
             break
+    return p
+
+
+def test_an_input_that_shrinks_while_read_is_an_error_not_a_crash(tmp_path):
+    """gcz maps its inputs: a file truncated while it is read (rewritten in place) takes its pages
+    away, and the next read of them raises SIGBUS. gcz says which file in one line, exit 3, and
+    leaves no output."""
+    np.save(tmp_path / "in.npy", np.random.default_rng(0).standard_normal(32 << 20, dtype=np.float32))
+    p = encode_once_mapped(tmp_path, "topk:ratio=0.01")
     os.truncate(tmp_path / "in.npy", 4096)
     err = p.communicate(timeout=300)[1]
     if p.returncode == 0:
@@ -2224,15 +2231,7 @@ def test_an_input_rewritten_in_place_while_read_is_an_error(tmp_path):
     np.save(tmp_path / "in.npy", np.random.default_rng(0).standard_normal((4096, 8192), dtype=np.float32))
     before = os.stat(tmp_path / "in.npy").st_mtime_ns
     # PowerSGD reads the tensor once, then multiplies (Top-K, which reads it in passes, checks itself).
-    p = subprocess.Popen([str(GCZ), "encode", "in.npy", "-o", "out.gcz", "-c", "powersgd:rank=8", "--threads", "1",
-                          "-q"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    maps, mapped = Path(f"/proc/{p.pid}/maps"), str(tmp_path / "in.npy")
-    for _ in range(5000):  # until gcz has mapped it (a few ms), then at once
-        try:
-            if mapped in maps.read_text():
-                break
-        except OSError:  # gone already
-            break
+    p = encode_once_mapped(tmp_path, "powersgd:rank=8")
     with open(tmp_path / "in.npy", "r+b") as f:  # the same length, other bytes, a later time
         f.seek(1 << 20)
         f.write(bytes(1 << 20))
@@ -2246,17 +2245,12 @@ def test_an_input_rewritten_in_place_while_read_is_an_error(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["in.npy"]
     # Replaced by a rename instead: the file gcz opened is read whole, and that is no error.
     np.save(tmp_path / "new.npy", np.ones(4, np.float32))
-    p = subprocess.Popen([str(GCZ), "encode", "in.npy", "-o", "out.gcz", "-c", "topk:ratio=0.01", "--threads", "1",
-                          "-q"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    for _ in range(5000):
-        try:
-            if mapped in maps.read_text():
-                break
-        except OSError:
-            break
+    p = encode_once_mapped(tmp_path, "powersgd:rank=8")
     os.replace(tmp_path / "new.npy", tmp_path / "in.npy")
     err = p.communicate(timeout=300)[1]
     assert p.returncode == 0 and "error" not in err, err
+    info = json.loads(gcz("info", tmp_path / "out.gcz", "--json", check=True).stdout)
+    assert info["tensors"][0]["shape"] == [4096, 8192]  # the file it opened, not the one renamed over it
 
 
 def gcz_under_limit(which: str, limit: int):
