@@ -75,14 +75,10 @@ Status check_inputs_apart(const std::map<std::filesystem::path, std::string>& in
   return Status::ok();
 }
 
-// A state that holds residuals, but none for a tensor of this step, is another model's or another
-// run's, or the tensors have been renamed (a .npy's tensor takes its file's name).
-Status check_state_matches(const ErrorFeedback& ef, const std::map<std::string, std::string>& inputs) {
-  const std::vector<std::string> held = ef.names();
-  if (held.empty()) return Status::ok();
-  for (const auto& [name, file] : inputs) {
-    if (ef.find(name)) return Status::ok();
-  }
+// The error for a state that holds residuals (`held`), but none for a tensor of this step: another
+// model's or another run's, or the tensors have been renamed (a .npy's tensor takes its file's name).
+Status foreign_state(const ErrorFeedback& ef, const std::vector<std::string>& held,
+                     const std::map<std::string, std::string>& inputs) {
   auto listed = [](const auto& names, auto name_of) {
     std::string out;
     std::size_t k = 0;
@@ -234,16 +230,20 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
     for (const SkippedTensor& s : reader->skipped()) report.skipped.push_back({s.name, s.reason, path});
     readers.push_back(std::move(reader));
   }
-  if (options.error_feedback && options.refuse_foreign_state) {
-    GCZ_RETURN_IF_ERROR(check_state_matches(*options.error_feedback, seen));
-  }
-  if (const ErrorFeedback* ef = options.error_feedback; ef && ef->feedback()) {
+  if (const ErrorFeedback* ef = options.error_feedback) {
+    // Against a state that holds residuals: the step's tensors it holds none for (all of them: refused
+    // where asked), and the residuals no tensor of the step takes, which the report gives.
     const std::vector<std::string> held = ef->names();
     if (!held.empty()) {
+      std::vector<std::string> fresh;
       for (const auto& [name, file] : seen) {
-        if (!ef->find(name)) report.ef_new.push_back(name);
+        if (!ef->find(name)) fresh.push_back(name);
       }
-      for (const std::string& name : held) report.ef_unused += seen.count(name) == 0;
+      if (options.refuse_foreign_state && fresh.size() == seen.size()) return foreign_state(*ef, held, seen);
+      if (ef->feedback()) {
+        report.ef_new = std::move(fresh);
+        for (const std::string& name : held) report.ef_unused += seen.count(name) == 0;
+      }
     }
   }
   if (tensor_count == 0) {
@@ -270,11 +270,11 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   Progress progress{0, tensor_count, 0, bytes_total, nullptr};
   std::size_t k = 0;
   uint64_t bytes_in = 0;
-  // A failure names its input (a reader's own errors already start with it, or with a file in it).
+  // A failure names its input (a reader's own errors already start with it, which with_context leaves,
+  // or with a file in it).
   auto in_file = [&](const Status& s, std::string path) {
     path = detail::without_trailing_slashes(std::move(path));
-    const std::string& m = s.message();
-    return m.rfind(path + ": ", 0) == 0 || m.rfind(path + "/", 0) == 0 ? s : s.with_context(path);
+    return s.message().rfind(path + "/", 0) == 0 ? s : s.with_context(path);
   };
   for (std::size_t r = 0; r < readers.size(); ++r) {
     TensorFileReader& reader = *readers[r];
