@@ -9,6 +9,7 @@
 namespace gcz::detail {
 namespace {
 std::atomic<bool> g_avx2_allowed{true};
+std::atomic<bool> g_avx512_allowed{true};
 
 #if defined(__x86_64__)
 // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know the name.
@@ -30,5 +31,16 @@ bool cpu_has_avx2() {
 }
 
 void allow_avx2_for_testing(bool allowed) { g_avx2_allowed.store(allowed); }
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has && g_avx512_allowed.load(std::memory_order_relaxed) && cpu_has_avx2();
+#else
+  return false;
+#endif
+}
+
+void allow_avx512_for_testing(bool allowed) { g_avx512_allowed.store(allowed); }
 
 }  // namespace gcz::detail

@@ -1,5 +1,3 @@
-#include "gcz/detail/philox.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,9 +5,24 @@
 #include <vector>
 
 #include "codecs/quant_uniforms.h"
+#include "cpu_features.h"
+#include "gcz/detail/philox.h"
 
 namespace gcz::detail {
 namespace {
+
+// The code paths the bulk draws can take: the AVX-512 kernel (where the CPU has AVX-512F; elsewhere
+// this runs the AVX2 path again), the AVX2 kernel, and the portable one.
+struct BulkPath {
+  const char* name;
+  bool avx2, avx512;
+};
+constexpr BulkPath kBulkPaths[] = {{"avx512", true, true}, {"avx2", true, false}, {"portable", false, false}};
+void use_path(const BulkPath& p) {
+  allow_avx2_for_testing(p.avx2);
+  allow_avx512_for_testing(p.avx512);
+}
+void use_fastest_path() { use_path(kBulkPaths[0]); }
 
 // Known-answer vectors of Philox4x32-10 from its authors' test suite (Random123 kat_vectors).
 TEST(Philox, KnownAnswers) {
@@ -134,28 +147,29 @@ TEST(Philox, BernoulliProbabilityIsWithinTwoToTheMinus17OfP) {
 }
 
 // The bulk generator of the quantizers writes exactly coarse8, whatever the start, length and
-// instruction set (AVX2 calls of 24 and of 8 blocks, the last through a buffer; SSE2; partial blocks).
+// instruction set (AVX-512 calls of 32 blocks, AVX2 calls of 24 and of 8 blocks, the last through a
+// buffer; SSE2; partial blocks).
 TEST(Philox, BulkCoarseDrawsMatchCoarse8) {
   const uint64_t seed = 0xfeedfacecafebeefull, key = 0x0f0f0f0f12345678ull;
   const Rng rng(seed, key, kStreamQsgdRounding);
-  for (const bool avx2 : {true, false}) {
-    allow_avx2_for_testing(avx2);
+  for (const BulkPath& path : kBulkPaths) {
+    use_path(path);
     // ((2^32 - j) * 16: the blocks of a call cross 2^32, where the counter's high word steps, after
     // the first, second or third of them.)
     for (const uint64_t first : {0ull, 1ull, 7ull, 16ull, 29ull, (1ull << 33) + 5, ((1ull << 32) - 1) << 4,
                                  ((1ull << 32) - 2) << 4, ((1ull << 32) - 3) << 4}) {
-      for (const uint64_t n : {0ull, 1ull, 31ull, 63ull, 64ull, 65ull, 127ull, 128ull, 129ull, 383ull, 384ull, 385ull,
-                               400ull, 401ull, 512ull, 530ull, 1000ull, 4099ull}) {
+      for (const uint64_t n : {0ull,   1ull,   31ull,  63ull,  64ull,  65ull,  127ull,  128ull,  129ull,  383ull,
+                               384ull, 385ull, 400ull, 401ull, 512ull, 530ull, 1000ull, 1541ull, 2576ull, 4099ull}) {
         std::vector<uint8_t> d(n + 1, 0xAB);
         fill_coarse8(seed, key, kStreamQsgdRounding, first, n, d.data());
         for (uint64_t k = 0; k < n; ++k) {
-          ASSERT_EQ(d[k], rng.coarse8(first + k)) << avx2 << " " << first << " " << n << " " << k;
+          ASSERT_EQ(d[k], rng.coarse8(first + k)) << path.name << " " << first << " " << n << " " << k;
         }
         ASSERT_EQ(d[n], 0xAB) << "wrote past the end";
       }
     }
   }
-  allow_avx2_for_testing(true);
+  use_fastest_path();
 }
 
 // FineDraws::gather gives fine8 of any list of elements (in any order, repeats included), however
@@ -216,22 +230,42 @@ TEST(Philox, BulkDrawsFollowEveryChangeOfKey) {
 TEST(Philox, BulkDrawsMatchBits) {
   const uint64_t seed = 0x1234, key = 0x9876543210ull;
   const Rng rng(seed, key, kStreamRandomK);
-  for (const bool avx2 : {true, false}) {
-    allow_avx2_for_testing(avx2);
+  for (const BulkPath& path : kBulkPaths) {
+    use_path(path);
     for (const uint64_t first : {0ull, 1ull, 3ull, 4ull, 4096ull, (1ull << 33) + 2}) {
-      for (const uint64_t n :
-           {0ull, 1ull, 15ull, 16ull, 17ull, 31ull, 32ull, 33ull, 95ull, 96ull, 97ull, 100ull, 128ull, 130ull, 300ull,
-            4096ull}) {
+      for (const uint64_t n : {0ull, 1ull, 15ull, 16ull, 17ull, 31ull, 32ull, 33ull, 95ull, 96ull, 97ull, 100ull,
+                               128ull, 130ull, 300ull, 261ull, 4096ull}) {
         std::vector<uint32_t> d(n + 1, 0xABCDABCDu);
         fill_draws32(seed, key, kStreamRandomK, first, n, d.data());
         for (uint64_t k = 0; k < n; ++k) {
-          ASSERT_EQ(d[k], rng.bits(first + k)) << avx2 << " " << first << " " << n << " " << k;
+          ASSERT_EQ(d[k], rng.bits(first + k)) << path.name << " " << first << " " << n << " " << k;
         }
         ASSERT_EQ(d[n], 0xABCDABCDu) << "wrote past the end";
       }
     }
   }
-  allow_avx2_for_testing(true);
+  use_fastest_path();
+}
+
+// The AVX-512 kernel runs where the CPU has AVX-512F, unless a test turns it or the AVX2 paths off
+// (the tests above then compare it with them).
+TEST(Philox, BulkDrawsTakeTheAvx512KernelWhereTheCpuHasIt) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2")) {
+    GTEST_SKIP() << "this CPU lacks AVX-512F (or AVX2): the AVX-512 kernel cannot run here; the bulk-draw tests "
+                    "check the AVX2 and portable paths";
+  }
+  EXPECT_TRUE(cpu_has_avx512());
+  allow_avx512_for_testing(false);
+  EXPECT_FALSE(cpu_has_avx512());
+  allow_avx512_for_testing(true);
+  allow_avx2_for_testing(false);
+  EXPECT_FALSE(cpu_has_avx512()) << "the AVX-512 kernel needs the AVX2 paths' keys";
+  use_fastest_path();
+  EXPECT_TRUE(cpu_has_avx512());
+#else
+  GTEST_SKIP() << "not an x86-64 build: there is no AVX-512 kernel";
+#endif
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // little-endian memory, byte k of block b of sub-stream 0 is then Rng::coarse8(16 b + k) (and of
 // sub-stream 1, Rng::fine8). x86 lacks a 32x32->64 multiply on all lanes: the SSE2 path multiplies
 // even lanes and odd lanes separately (pmuludq) and recombines their high and low halves; the AVX2
-// path keeps one block per 64-bit lane instead (see blocks_avx2).
+// and AVX-512 paths keep one block per 64-bit lane instead (see blocks_avx2).
 #include "codecs/quant_uniforms.h"
 
 #include <algorithm>
@@ -13,7 +13,12 @@
 #include "gcz/detail/philox.h"
 
 #if defined(__x86_64__)
+// GCC 12 warns that the AVX-512 intrinsics' own placeholder operands (_mm512_undefined_*) are used
+// uninitialized (GCC bug 105593); they are, by design.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 namespace gcz::detail {
@@ -171,6 +176,75 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blo
     _mm256_storeu_si256(out + 2 * s + 1, hi);
   }
 }
+
+// The AVX-512 kernel: blocks_avx2's rounds on eight blocks per register, with each round's two
+// three-way XORs one vpternlogq each. The 64-bit lanes hold blocks (0, 4, 1, 5, 2, 6, 3, 7), so that
+// the same two shuffles, applied per 128-bit lane, leave blocks 0-3 in one register and 4-7 in the
+// other, in element order. The keys are Keys8's, widened.
+constexpr int kWideSets = 4;
+constexpr int kBlocksPerWideCall = 8 * kWideSets;
+
+__attribute__((target("avx512f"))) inline __m512i wide(__m256i k) { return _mm512_broadcast_i64x4(k); }
+// a ^ b ^ c
+__attribute__((target("avx512f"))) inline __m512i xor3(__m512i a, __m512i b, __m512i c) {
+  return _mm512_ternarylogic_epi64(a, b, c, 0x96);
+}
+
+// Blocks b .. b + kBlocksPerWideCall - 1 -> their words at w, block by block.
+__attribute__((target("avx512f"))) void blocks_avx512(uint64_t b, const Keys8& keys, void* w) {
+  constexpr int kN = kWideSets;
+  const __m512i m0 = _mm512_set1_epi64(kM0), m1 = _mm512_set1_epi64(kM1);
+  const __m512i order = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
+  __m512i c0[kN], c1[kN], c2[kN], c3[kN];
+  // Round 0 (c2 = purpose, c3 = sub: as in blocks_avx2).
+  const __m512i r0_c0 = wide(keys.round0_c0), r0_c2k = wide(keys.round0_c2k);
+#pragma GCC unroll 8
+  for (int s = 0; s < kN; ++s) {
+    const __m512i ctr = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(b + 8 * s)), order);
+    const __m512i p0 = _mm512_mul_epu32(ctr, m0);
+    c0[s] = _mm512_xor_si512(r0_c0, _mm512_srli_epi64(ctr, 32));
+    c2[s] = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), r0_c2k);
+    c3[s] = p0;
+  }
+  // Round 1: c1 is round 0's constant lo(purpose * M1).
+  const __m512i r1_c1k = wide(keys.round1_c1k), r1_k1 = wide(keys.k1[1]);
+#pragma GCC unroll 8
+  for (int s = 0; s < kN; ++s) {
+    const __m512i p0 = _mm512_mul_epu32(c0[s], m0);
+    const __m512i p1 = _mm512_mul_epu32(c2[s], m1);
+    c0[s] = _mm512_xor_si512(_mm512_srli_epi64(p1, 32), r1_c1k);
+    c2[s] = xor3(_mm512_srli_epi64(p0, 32), c3[s], r1_k1);
+    c1[s] = p1;
+    c3[s] = p0;
+  }
+#pragma GCC unroll 10
+  for (int round = 2; round < 9; ++round) {
+    const __m512i k0 = wide(keys.k0[round]), k1 = wide(keys.k1[round]);
+#pragma GCC unroll 8
+    for (int s = 0; s < kN; ++s) {
+      const __m512i p0 = _mm512_mul_epu32(c0[s], m0);
+      const __m512i p1 = _mm512_mul_epu32(c2[s], m1);
+      c0[s] = xor3(_mm512_srli_epi64(p1, 32), c1[s], k0);
+      c2[s] = xor3(_mm512_srli_epi64(p0, 32), c3[s], k1);
+      c1[s] = p1;
+      c3[s] = p0;
+    }
+  }
+  // Round 9 into element order, as blocks_avx2 does it.
+  const __m512i k0 = wide(keys.k0[9]), k1 = wide(keys.k1[9]);
+  auto* out = static_cast<__m512i*>(w);
+#pragma GCC unroll 8
+  for (int s = 0; s < kN; ++s) {
+    const __m512i p0 = _mm512_mul_epu32(c0[s], m0);
+    const __m512i p1 = _mm512_mul_epu32(c2[s], m1);
+    const __m512 w10 = _mm512_castsi512_ps(_mm512_xor_si512(p1, _mm512_slli_epi64(_mm512_xor_si512(c1[s], k0), 32)));
+    const __m512 w32 = _mm512_castsi512_ps(_mm512_xor_si512(p0, _mm512_slli_epi64(_mm512_xor_si512(c3[s], k1), 32)));
+    const __m512i lo = _mm512_castps_si512(_mm512_shuffle_ps(w10, w32, _MM_SHUFFLE(0, 1, 0, 1)));  // blocks 0-3
+    const __m512i hi = _mm512_castps_si512(_mm512_shuffle_ps(w10, w32, _MM_SHUFFLE(2, 3, 2, 3)));  // blocks 4-7
+    _mm512_storeu_si512(out + 2 * s, lo);
+    _mm512_storeu_si512(out + 2 * s + 1, hi);
+  }
+}
 #endif
 
 }  // namespace
@@ -178,9 +252,9 @@ __attribute__((target("avx2"))) void blocks_avx2(uint64_t b, const uint64_t* blo
 namespace {
 
 // The coarse bytes (T = uint8_t) or 32-bit draws (T = uint32_t) first .. first + n - 1: a partial
-// first and last Philox block one block at a time, whole calls of the vector kernel in between, and
-// the rest of the AVX2 work in calls of 8 blocks (the last through a buffer), so that no more than
-// 7 blocks are made in vain.
+// first and last Philox block one block at a time, whole calls of the vector kernels in between (the
+// AVX-512 one first, where it runs), and the rest of the AVX2 work in calls of 8 blocks (the last
+// through a buffer), so that no more than 7 blocks are made in vain.
 template <typename T>
 void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t first, uint64_t n, T* d,
                 const float* touch) {
@@ -206,13 +280,21 @@ void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t f
   const uint32_t k0 = static_cast<uint32_t>(seed ^ tensor_key), k1 = static_cast<uint32_t>((seed ^ tensor_key) >> 32);
   if (cpu_has_avx2()) {
     constexpr uint64_t kPerCall = kPerBlock * kBlocksPerCall, kPerSmallCall = kPerBlock * 8;
+    constexpr uint64_t kPerWideCall = kPerBlock * kBlocksPerWideCall;
     const Keys8& keys = keys8(k0, k1, purpose, 0);
-    for (; k + kPerCall <= n; k += kPerCall) {
-      if (touch != nullptr) {  // the cache lines of the values this call's draws will round
-        for (uint64_t b = 0; b < kPerCall; b += 16) {
-          _mm_prefetch(reinterpret_cast<const char*>(touch + k + b), _MM_HINT_T0);
-        }
+    // The cache lines of the `count` values from element k that a call's draws will round.
+    auto prefetch_touch = [touch](uint64_t k, uint64_t count) {
+      if (touch == nullptr) return;
+      for (uint64_t b = 0; b < count; b += 16) _mm_prefetch(reinterpret_cast<const char*>(touch + k + b), _MM_HINT_T0);
+    };
+    if (cpu_has_avx512()) {
+      for (; k + kPerWideCall <= n; k += kPerWideCall) {
+        prefetch_touch(k, kPerWideCall);
+        blocks_avx512((first + k) / kPerBlock, keys, d + k);
       }
+    }
+    for (; k + kPerCall <= n; k += kPerCall) {
+      prefetch_touch(k, kPerCall);
       blocks_avx2<false>((first + k) / kPerBlock, nullptr, keys, d + k);
     }
     for (; k + kPerSmallCall <= n; k += kPerSmallCall) {

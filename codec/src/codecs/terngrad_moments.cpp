@@ -148,12 +148,26 @@ GCZ_AVX2_INLINE void store_sums(__m256d s1a, __m256d s1b, __m256d s2a, __m256d s
   out.max_bits = avx2::hmax_epi32(mx);
 }
 
+// The moments read their input once, in order, with little arithmetic per load, and the hardware
+// prefetcher alone may not keep up: on a 2-core Xeon the pass read 6.9 GB/s where a plain read of the
+// same bytes reached 12.2. A prefetch of the cache line 1024 elements (4 KiB) ahead, once per line,
+// brought it to the read's speed (12.7; 256 to 2048 elements ahead all did within 10%).
+constexpr uint64_t kMomentsAhead = 1024;
+GCZ_AVX2_INLINE void prefetch_moments(const float* x) {
+  _mm_prefetch(reinterpret_cast<const char*>(x + kMomentsAhead), _MM_HINT_T0);  // past the end: no fault
+}
+
 // One block x[0, n), any n <= kSumBlock: whole lanes in vectors, the rest as add_block does.
 GCZ_AVX2_FMA_INLINE void one_block_avx2(const float* x, uint64_t n, double shift, BlockSums& a) {
   const __m256d k = _mm256_set1_pd(shift);
   __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
   __m256i mx = _mm256_setzero_si256();
   uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    prefetch_moments(x + i);
+    add8_avx2(x + i, k, s1a, s1b, s2a, s2b, mx);
+    add8_avx2(x + i + 8, k, s1a, s1b, s2a, s2b, mx);
+  }
   for (; i + 8 <= n; i += 8) add8_avx2(x + i, k, s1a, s1b, s2a, s2b, mx);
   store_sums(s1a, s1b, s2a, s2b, mx, a);
   for (int j = 0; i < n; ++i, ++j) {
@@ -245,7 +259,10 @@ __attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint6
           const __m256d k = _mm256_set1_pd(x[b]);
           __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
           __m256i mx = _mm256_setzero_si256();
-          for (uint64_t i = 0; i < len; i += 8) add8_avx2(x + b + i, k, s1a, s1b, s2a, s2b, mx);
+          for (uint64_t i = 0; i < len; i += 8) {
+            if (i % 16 == 0) prefetch_moments(x + b + i);
+            add8_avx2(x + b + i, k, s1a, s1b, s2a, s2b, mx);
+          }
           const int32_t max_bits = avx2::hmax_epi32(mx);
           if (max_bits < 0x7F800000) {
             const __m128d both = combine_lanes_avx2(s1a, s1b, s2a, s2b);

@@ -62,6 +62,7 @@ struct BenchResult {
   std::vector<BenchYardstick> yardsticks;  // for 1 and each thread count of the rows, ascending
   Backend backend = Backend::kCpu;
   bool cpu_avx2 = false;  // whether the CPU code ran its AVX2 paths (else the portable ones): same bits
+  bool cpu_avx512 = false;  // whether the bulk Philox draws ran their AVX-512 kernel too: same bits
   // On the CUDA backend: cuda_kernel_rates(kBenchDeviceElements, repeats), the device copy first.
   std::vector<DeviceKernelRate> device_kernels;
   std::vector<BenchRow> rows;
