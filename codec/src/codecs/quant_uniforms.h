@@ -1,8 +1,8 @@
 // Bulk random draws on the CPU, for the stochastic quantizers (QSGD, TernGrad) and Random-K: exactly
 // Rng(seed, tensor_key, purpose).coarse8(i) (or .bits(i)) for a run of element indices, computed four
-// Philox blocks (SSE2), 24 (AVX2) or 32 (AVX-512F) at once, the instruction set chosen at run time. Integer math only, so the values do
-// not depend on the instruction set. The quantizers settle most roundings with the coarse byte and
-// ask FineDraws for the rest.
+// Philox blocks (SSE2), 24 (AVX2) or 32 (AVX-512F) at once, the instruction set chosen at run time.
+// Integer math only, so the values do not depend on the instruction set. The quantizers settle most
+// roundings with the coarse byte and ask FineDraws for the rest.
 //
 //   std::vector<uint8_t> d(n);
 //   gcz::detail::fill_coarse8(seed, key, gcz::detail::kStreamQsgdRounding, first, n, d.data());
