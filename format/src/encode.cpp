@@ -302,9 +302,11 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
         tr = unsupported("tensor '" + t.name + "': out of memory encoding it (" +
                          std::to_string(numel * dtype_size(t.dtype)) + " bytes of input)");
       }
-      if (!tr) return in_file(tr.status(), inputs[r]);
       // Before the tensor counts: elements of two versions of a file would be encoded without a word.
+      // A read that failed because the file changed under it (a deflated member's CRC, an HDF5 chunk)
+      // is reported as the change.
       if (Status s = src->check_unchanged(); !s) return in_file(s, inputs[r]);
+      if (!tr) return in_file(tr.status(), inputs[r]);
       bytes_in += tr->metrics.bytes_in;
       if (tr->cumulative) {
         if (!cumulative) cumulative.emplace();

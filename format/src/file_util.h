@@ -4,6 +4,8 @@
 // (file_util.cpp).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -17,6 +19,23 @@
 #include "gcz/status.h"
 
 namespace gcz::detail {
+
+// What tells one version of a file from another: its device and inode, its size and modification
+// time, as opened.
+struct FileStamp {
+  uint64_t device = 0, inode = 0, size = 0;
+  int64_t mtime_ns = 0;
+  bool known = false;  // false: never taken (check_unchanged then finds nothing)
+
+  // The stamp of the file at `path` now; unknown where it cannot be read.
+  static FileStamp of(const std::string& path);
+  static FileStamp of(const struct stat& st);
+  // kIoError where the file at `path` is still this one (device and inode) but its size or
+  // modification time differ: it was rewritten in place since, and what was read of it may mix two
+  // versions. A file removed, or replaced by another under its name, is not an error: an open file
+  // or a mapping keeps what was opened.
+  Status check_unchanged(const std::string& path) const;
+};
 
 // A read-only memory map of a whole file (empty files map to nothing).
 class MappedFile {
@@ -34,15 +53,14 @@ class MappedFile {
   // kIoError where the file at path() is still the one mapped but its size or modification time
   // has changed since (rewritten in place, read perhaps half old, half new). A file removed, or
   // replaced by another under its name, left the mapping whole.
-  Status check_unchanged() const;
+  Status check_unchanged() const { return stamp_.check_unchanged(path_); }
 
  private:
   MappedFile() = default;
   std::string path_;
   std::byte* data_ = nullptr;
   uint64_t size_ = 0;
-  uint64_t device_ = 0, inode_ = 0;
-  int64_t mtime_ns_ = 0;
+  FileStamp stamp_;
   void* slot_ = nullptr;  // its entry in the table mapped_input_at reads (none when the table is full)
 };
 

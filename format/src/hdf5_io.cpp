@@ -157,13 +157,17 @@ Result<DatasetInfo> describe_dataset(hid_t file, const std::string& path, const 
 
 class Hdf5Source final : public TensorSource {
  public:
-  Hdf5Source(std::string path, TensorInfo info, uint64_t numel, H5Id dataset, H5Id mem_type)
+  Hdf5Source(std::string path, TensorInfo info, uint64_t numel, H5Id dataset, H5Id mem_type, FileStamp stamp)
       : path_(std::move(path)),
         info_(std::move(info)),
         numel_(numel),
         dataset_(std::move(dataset)),
-        mem_type_(std::move(mem_type)) {}
+        mem_type_(std::move(mem_type)),
+        stamp_(stamp) {}
   const TensorInfo& info() const override { return info_; }
+  // HDF5 reads through the file it opened, so a file renamed over the path leaves it whole, and one
+  // rewritten in place shows in the path's stamp.
+  Status check_unchanged() const override { return stamp_.check_unchanged(path_); }
 
   Status read(uint64_t first, uint64_t count, void* dst) override {
     GCZ_RETURN_IF_ERROR(check_read_range(path_, info_, numel_, first, count));
@@ -185,11 +189,13 @@ class Hdf5Source final : public TensorSource {
   uint64_t numel_;
   H5Id dataset_;  // keeps the file open while the source lives
   H5Id mem_type_;
+  FileStamp stamp_;
 };
 
 class Hdf5Reader final : public ReaderBase {
  public:
-  Hdf5Reader(const std::string& path, H5Id file) : ReaderBase(path, TensorFileFormat::kHdf5), file_(std::move(file)) {}
+  Hdf5Reader(const std::string& path, H5Id file, FileStamp stamp)
+      : ReaderBase(path, TensorFileFormat::kHdf5), file_(std::move(file)), stamp_(stamp) {}
 
   Status list() {
     std::vector<std::string> names;
@@ -217,11 +223,13 @@ class Hdf5Reader final : public ReaderBase {
     }
     H5Id mem_type = hdf5_float_type(t.dtype);
     if (!mem_type.valid()) return internal_error(path_ + ": cannot build the HDF5 memory type: " + hdf5_error_text());
-    return std::unique_ptr<TensorSource>(new Hdf5Source(path_, t, numels_[i], std::move(dataset), std::move(mem_type)));
+    return std::unique_ptr<TensorSource>(
+        new Hdf5Source(path_, t, numels_[i], std::move(dataset), std::move(mem_type), stamp_));
   }
 
  private:
   H5Id file_;
+  FileStamp stamp_;  // the file as H5Fopen found it
   std::vector<uint64_t> numels_;
 };
 
@@ -233,7 +241,7 @@ Result<std::unique_ptr<TensorFileReader>> open_hdf5_reader(const std::string& pa
   if (H5Fis_hdf5(path.c_str()) <= 0) return format_error(path + ": not an HDF5 file (no HDF5 signature)");
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) return hdf5_read_error(path + ": cannot open as HDF5");
-  auto reader = std::make_unique<Hdf5Reader>(path, std::move(file));
+  auto reader = std::make_unique<Hdf5Reader>(path, std::move(file), FileStamp::of(path));
   GCZ_RETURN_IF_ERROR(reader->list());
   return std::unique_ptr<TensorFileReader>(std::move(reader));
 }

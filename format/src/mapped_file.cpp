@@ -135,9 +135,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   std::unique_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
   m->size_ = static_cast<uint64_t>(st.st_size);
-  m->device_ = static_cast<uint64_t>(st.st_dev);
-  m->inode_ = static_cast<uint64_t>(st.st_ino);
-  m->mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  m->stamp_ = FileStamp::of(st);
   if (m->size_ > 0) {
     void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -160,15 +158,23 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
 }
 
-Status MappedFile::check_unchanged() const {
+FileStamp FileStamp::of(const struct stat& st) {
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, true};
+}
+
+FileStamp FileStamp::of(const std::string& path) {
   struct stat st {};
-  if (::stat(path_.c_str(), &st) != 0) return Status::ok();  // removed: the mapping keeps what it held
-  if (static_cast<uint64_t>(st.st_dev) != device_ || static_cast<uint64_t>(st.st_ino) != inode_) {
-    return Status::ok();  // another file under the name: this one was read whole
-  }
-  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  if (static_cast<uint64_t>(st.st_size) == size_ && mtime_ns == mtime_ns_) return Status::ok();
-  return io_error(path_ +
+  return ::stat(path.c_str(), &st) == 0 ? of(st) : FileStamp{};
+}
+
+Status FileStamp::check_unchanged(const std::string& path) const {
+  if (!known) return Status::ok();
+  const FileStamp now = of(path);
+  if (!now.known) return Status::ok();                                  // removed: what was opened is still read whole
+  if (now.device != device || now.inode != inode) return Status::ok();  // another file under the name
+  if (now.size == size && now.mtime_ns == mtime_ns) return Status::ok();
+  return io_error(path +
                   ": the file changed while gcz read it (was it rewritten in place? replace a file by renaming a "
                   "new one over it)");
 }

@@ -63,14 +63,19 @@ struct Member {
 // Fortran-order member is decompressed whole on the first read, as its C-order elements are scattered.
 class NpzStreamSource final : public TensorSource {
  public:
-  NpzStreamSource(std::shared_ptr<ZipHandle> zip, Member m, const std::string& path)
+  NpzStreamSource(std::shared_ptr<ZipHandle> zip, std::shared_ptr<const MappedFile> file, Member m,
+                  const std::string& path)
       : zip_(std::move(zip)),
+        file_(std::move(file)),
         m_(std::move(m)),
         path_(path),
         ctx_(tensor_context(path, m_.info.name)),
         layout_(m_.header.layout()) {}
   ~NpzStreamSource() override { drop_member(); }
   const TensorInfo& info() const override { return m_.info; }
+  // minizip reads the archive through a file of its own, opened with the mapping: a change in place
+  // shows in the mapping's stamp.
+  Status check_unchanged() const override { return file_->check_unchanged(); }
 
   Status read(uint64_t first, uint64_t count, void* dst) override {
     GCZ_RETURN_IF_ERROR(check_read_range(path_, m_.info, m_.header.numel, first, count));
@@ -164,6 +169,7 @@ class NpzStreamSource final : public TensorSource {
   }
 
   std::shared_ptr<ZipHandle> zip_;
+  std::shared_ptr<const MappedFile> file_;
   Member m_;
   std::string path_;
   std::string ctx_;  // "PATH: tensor 'NAME'", for messages
@@ -187,7 +193,7 @@ class NpzReader final : public ReaderBase {
       return std::unique_ptr<TensorSource>(
           new MappedTensorSource(file_, m.info, m.header.numel, m.map_offset, m.header.layout()));
     }
-    return std::unique_ptr<TensorSource>(new NpzStreamSource(zip_, m, path_));
+    return std::unique_ptr<TensorSource>(new NpzStreamSource(zip_, file_, m, path_));
   }
 
  private:

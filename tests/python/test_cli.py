@@ -2193,18 +2193,25 @@ def test_dtype_and_shape_apply_to_raw_files_only(tmp_path):
     assert "r" in names and "embed.weight" in names, names
 
 
-def encode_once_mapped(tmp_path: Path, codec: str) -> subprocess.Popen:
-    """Starts `gcz encode in.npy -o out.gcz -c CODEC` in tmp_path on one thread, and returns once
-    gcz has mapped in.npy (a few ms), or has ended."""
-    p = subprocess.Popen([str(GCZ), "encode", "in.npy", "-o", "out.gcz", "-c", codec, "--threads", "1", "-q"],
+def encode_once_mapped(tmp_path: Path, codec: str, name: str = "in.npy") -> subprocess.Popen:
+    """Starts `gcz encode NAME -o out.gcz -c CODEC` in tmp_path on one thread, and returns once
+    gcz has mapped NAME, or opened it (HDF5 reads through a file of its own; a few ms), or has ended."""
+    p = subprocess.Popen([str(GCZ), "encode", name, "-o", "out.gcz", "-c", codec, "--threads", "1", "-q"],
                          cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    maps, mapped = Path(f"/proc/{p.pid}/maps"), str(tmp_path / "in.npy")
+    proc, path = Path(f"/proc/{p.pid}"), str(tmp_path / name)
+
+    def opened() -> bool:
+        if path in (proc / "maps").read_text():
+            return True
+        return any(os.readlink(fd) == path for fd in (proc / "fd").iterdir())
+
     for _ in range(5000):
         try:
-            if mapped in maps.read_text():
+            if opened():
                 break
-        except OSError:  # gone already
-            break
+        except OSError:  # gone already (or a descriptor closed while listed: look again)
+            if p.poll() is not None:
+                break
     return p
 
 
@@ -2251,6 +2258,35 @@ def test_an_input_rewritten_in_place_while_read_is_an_error(tmp_path):
     assert p.returncode == 0 and "error" not in err, err
     info = json.loads(gcz("info", tmp_path / "out.gcz", "--json", check=True).stdout)
     assert info["tensors"][0]["shape"] == [4096, 8192]  # the file it opened, not the one renamed over it
+
+
+@pytest.mark.parametrize("name", ["in.npz", "in.h5"])
+def test_a_compressed_or_hdf5_input_rewritten_in_place_is_an_error(tmp_path, name):
+    """The same check for the inputs gcz reads through a library rather than its mapping: a deflated
+    .npz member (minizip) and an HDF5 dataset. A read that fails because of the change (a CRC that no
+    longer matches) is reported as the change."""
+    x = np.random.default_rng(0).standard_normal((4096, 8192), dtype=np.float32)
+    if name == "in.npz":
+        np.savez_compressed(tmp_path / name, g=x)
+    else:
+        np.save(tmp_path / "x.npy", x)
+        gcz("encode", tmp_path / "x.npy", "-o", tmp_path / "x.gcz", "-c", "none", "-q", check=True)
+        gcz("decode", tmp_path / "x.gcz", "-o", tmp_path / name, check=True)
+        for f in ("x.npy", "x.gcz"):
+            (tmp_path / f).unlink()
+    before = os.stat(tmp_path / name).st_mtime_ns
+    p = encode_once_mapped(tmp_path, "powersgd:rank=8", name)
+    with open(tmp_path / name, "r+b") as f:  # the same length, other bytes, a later time
+        f.seek(8 << 20)
+        f.write(bytes(1 << 20))
+    os.utime(tmp_path / name, ns=(before + 10**9, before + 10**9))
+    err = p.communicate(timeout=300)[1]
+    if p.returncode == 0:
+        pytest.skip("gcz read the whole input before it could be rewritten")
+    assert p.returncode == EXIT_IO, (p.returncode, err)
+    assert err == (f"gcz: error: {name}: the file changed while gcz read it (was it rewritten in place? replace a "
+                   "file by renaming a new one over it)\n"), err
+    assert sorted(x.name for x in tmp_path.iterdir()) == [name]
 
 
 def gcz_under_limit(which: str, limit: int):

@@ -9,6 +9,7 @@
 #include <hdf5/serial/hdf5.h>
 #endif
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -176,6 +177,50 @@ TEST_F(Hdf5Test, SkipsDataKeptOutsideTheFileAndNotesLinks) {
 // A virtual dataset maps its elements from datasets in other files, which a hostile .h5 can name as it
 // likes: skipped with a note, like external storage, even when the file it maps from is there and
 // HDF5 itself would read it. (Virtual datasets need the 1.10 file format, set through the bounds.)
+// A file rewritten in place while its datasets were read is reported (what was read may mix two
+// versions of it); one renamed over, or removed, is not: HDF5 holds the file it opened.
+TEST_F(Hdf5Test, AFileRewrittenInPlaceIsChanged) {
+  const std::string p = dir_ + "/g.h5", q = dir_ + "/other.h5";
+  const std::vector<float> w = {1, 2, 3};
+  for (const std::string& path : {p, q}) {
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    add_dataset(f, "w", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {3}, w.data());
+    H5Fclose(f);
+  }
+  auto r = open_tensor_file(p, {});
+  ASSERT_TRUE(r) << r.status().message();
+  auto src = (*r)->open(0);
+  ASSERT_TRUE(src) << src.status().message();
+  std::vector<float> got(3);
+  ASSERT_TRUE((*src)->read(0, 3, got.data()));
+  EXPECT_EQ(got, w);
+  EXPECT_TRUE((*src)->check_unchanged());
+  {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);  // the same length, another byte
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 1));
+  }
+  fs::last_write_time(p, fs::last_write_time(p) + std::chrono::seconds(1));  // however coarse the clock
+  const Status changed = (*src)->check_unchanged();
+  EXPECT_EQ(changed.code(), StatusCode::kIoError);
+  EXPECT_EQ(changed.message(), p + ": the file changed while gcz read it (was it rewritten in place? replace a file "
+                                   "by renaming a new one over it)");
+
+  auto r2 = open_tensor_file(q, {});
+  ASSERT_TRUE(r2) << r2.status().message();
+  auto src2 = (*r2)->open(0);
+  ASSERT_TRUE(src2) << src2.status().message();
+  fs::rename(p, q);  // another file under the name
+  EXPECT_TRUE((*src2)->check_unchanged());
+  ASSERT_TRUE((*src2)->read(0, 3, got.data()));
+  EXPECT_EQ(got, w);
+  fs::remove(q);
+  EXPECT_TRUE((*src2)->check_unchanged());
+}
+
 TEST_F(Hdf5Test, SkipsAVirtualDataset) {
   const std::string p = dir_ + "/vds.h5", source = dir_ + "/source.h5";
   const std::vector<float> v = {1, 2, 3, 4};
