@@ -16,6 +16,7 @@ RunFn add_encode_command(CLI::App& app) {
   struct Args {
     EncodeArgs encode;
     std::string output, ef_state, ef_codec = "none";
+    bool ef_resume = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("encode", "Encode gradient dumps into a .gcz file and report ratio and error");
@@ -31,6 +32,9 @@ RunFn add_encode_command(CLI::App& app) {
                   "rewrite it with the new residuals and PowerSGD's Q; OUTPUT and the state are put in place "
                   "together, so a failed run leaves both as they were. Created if missing; a tensor whose shape "
                   "changes needs a new one");
+  cmd->add_flag("--ef-resume", a->ef_resume,
+                "The --ef-state file must exist: this step continues its sequence, and a missing one (a mistyped "
+                "name, a state not yet copied) is an error instead of a new state from zero residuals");
   CLI::Option* ef_codec =
       cmd->add_option("--ef-codec", a->ef_codec,
                       "Codec for the residuals in the --ef-state file; a lossy one loses for good what it drops "
@@ -40,7 +44,7 @@ RunFn add_encode_command(CLI::App& app) {
       "Examples:\n"
       "  gcz encode step_100.safetensors -o step_100.gcz                      # fp16, the default\n"
       "  gcz encode grads/ -o grads.gcz -c bf16+zstd:level=5 --rule '*.bias=none' --min-numel 1024\n"
-      "  gcz encode step_101.safetensors -o s101.gcz -c 'topk:ratio=0.01' --ef-state ef.gcz\n"
+      "  gcz encode step_101.safetensors -o s101.gcz -c 'topk:ratio=0.01' --ef-state ef.gcz --ef-resume\n"
       "  gcz encode step_102.safetensors -o s102.gcz --adapt fp16 --adapt 'qsgd:bits=4' --budget 64MiB --ef-state "
       "ef.gcz\n"
       "  gcz encode dump.bin --dtype f32 --shape 4096,4096 -o dump.gcz --json\n" +
@@ -64,11 +68,19 @@ RunFn add_encode_command(CLI::App& app) {
           "--ef-codec is the codec of the --ef-state file's residuals, and no --ef-state is given (error feedback "
           "needs one)"));
     }
+    if (a->ef_state.empty() && a->ef_resume) {
+      return report_error(invalid_argument("--ef-resume continues an --ef-state, and no --ef-state is given"));
+    }
     std::optional<ErrorFeedback> ef;
     bool new_state = false;  // said when done: a mistyped name would otherwise start a new state unseen
     if (!a->ef_state.empty()) {
       std::error_code ec;
       new_state = !std::filesystem::exists(a->ef_state, ec);
+      if (new_state && a->ef_resume) {
+        return report_error(io_error("--ef-state " + a->ef_state +
+                                     ": no such file, and --ef-resume continues an existing state (without "
+                                     "--ef-resume a missing state starts step 0 from zero residuals)"));
+      }
       auto loaded = ErrorFeedback::load(a->ef_state);
       if (!loaded) return report_error(loaded.status().with_context("--ef-state"));
       ef = std::move(*loaded);

@@ -875,6 +875,26 @@ def test_encode_checks_the_state_options_before_encoding(extra, code, words, tmp
     assert [p for p in listing(tmp_path) if p != "plain.txt"] == []  # OUTPUT was not written first
 
 
+@needs_samples
+def test_ef_resume_needs_the_state_to_exist(tmp_path):
+    """--ef-resume: a step that continues a sequence refuses a missing state (a mistyped name) with
+    exit 3 and writes nothing, where without it the state would start again from zero; with the
+    state there it is step 1 as usual. Without --ef-state it is a usage error."""
+    state = tmp_path / "ef.gcz"
+    r = gcz("encode", SAMPLE, "-o", tmp_path / "o.gcz", "--ef-state", state, "--ef-resume", "-q")
+    assert r.returncode == EXIT_IO, r.stderr
+    assert error_line(r) == (f"gcz: error: --ef-state {state}: no such file, and --ef-resume continues an existing "
+                             "state (without --ef-resume a missing state starts step 0 from zero residuals)")
+    assert listing(tmp_path) == []
+    gcz("encode", SAMPLE, "-o", tmp_path / "o0.gcz", "-c", "topk", "--ef-state", state, "-q", check=True)
+    r = gcz("encode", SAMPLE, "-o", tmp_path / "o1.gcz", "-c", "topk", "--ef-state", state, "--ef-resume", "--json",
+            check=True)
+    assert json.loads(r.stdout)["step"] == 1 and "note:" not in r.stderr, r.stderr
+    r = gcz("encode", SAMPLE, "-o", tmp_path / "o2.gcz", "--ef-resume", "-q")
+    assert r.returncode == EXIT_USAGE and "no --ef-state is given" in error_line(r), r.stderr
+    assert listing(tmp_path) == ["ef.gcz", "o0.gcz", "o1.gcz"]
+
+
 def test_powersgd_eligibility_counts_the_dtype_the_index_records(tmp_path):
     """With error feedback a float16 tensor is encoded, and recorded, as float32: PowerSGD's size rule
     (powersgd.md, "Fallback") counts 4 bytes per element then, and 2 without feedback."""
