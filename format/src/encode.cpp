@@ -321,6 +321,8 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   for (const auto& reader : readers) {
     for (const auto& [key, value] : reader->metadata()) metadata.emplace(kSafetensorsMetadataPrefix + key, value);
   }
+  // Which step of its error-feedback sequence this file is (from 0), as the report gives it.
+  if (options.error_feedback) metadata["gcz.ef_step"] = std::to_string(options.error_feedback->steps());
   const bool save_state = options.error_feedback && !options.ef_state_path.empty() && !output.empty();
   GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(metadata, /*in_place=*/!save_state));
   report.total = encoder.total().finish(bytes_in, file_bytes);

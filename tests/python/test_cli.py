@@ -879,7 +879,8 @@ def test_encode_checks_the_state_options_before_encoding(extra, code, words, tmp
 def test_ef_resume_needs_the_state_to_exist(tmp_path):
     """--ef-resume: a step that continues a sequence refuses a missing state (a mistyped name) with
     exit 3 and writes nothing, where without it the state would start again from zero; with the
-    state there it is step 1 as usual. Without --ef-state it is a usage error."""
+    state there it is step 1 as usual, and the file records it (gcz.ef_step). Without --ef-state it
+    is a usage error."""
     state = tmp_path / "ef.gcz"
     r = gcz("encode", SAMPLE, "-o", tmp_path / "o.gcz", "--ef-state", state, "--ef-resume", "-q")
     assert r.returncode == EXIT_IO, r.stderr
@@ -890,6 +891,10 @@ def test_ef_resume_needs_the_state_to_exist(tmp_path):
     r = gcz("encode", SAMPLE, "-o", tmp_path / "o1.gcz", "-c", "topk", "--ef-state", state, "--ef-resume", "--json",
             check=True)
     assert json.loads(r.stdout)["step"] == 1 and "note:" not in r.stderr, r.stderr
+    # Each file records its step of the sequence.
+    for k in range(2):
+        meta = json.loads(gcz("info", tmp_path / f"o{k}.gcz", "--json", check=True).stdout)["metadata"]
+        assert meta["gcz.ef_step"] == str(k), meta
     r = gcz("encode", SAMPLE, "-o", tmp_path / "o2.gcz", "--ef-resume", "-q")
     assert r.returncode == EXIT_USAGE and "no --ef-state is given" in error_line(r), r.stderr
     assert listing(tmp_path) == ["ef.gcz", "o0.gcz", "o1.gcz"]
