@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "gcz/codec_spec.h"
+#include "gcz/detail/utf8.h"
 
 namespace gcz::cli {
 namespace {
@@ -83,7 +84,20 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
   print_columns(out, table, 4, /*rule_before_last=*/true);
 }
 
-std::string csv_field(const std::string& s) {
+// A CSV field: UTF-8, each byte that is not (a path's) written as U+FFFD, as the JSON report does; quoted
+// where it holds a comma, quote or line break.
+std::string csv_field(const std::string& text) {
+  std::string s;
+  s.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto [c, n] = detail::utf8_char(text, i);
+    if (detail::is_stray_byte(c)) {
+      s += "\xEF\xBF\xBD";
+    } else {
+      s.append(text, i, n);
+    }
+    i += n;
+  }
   if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);

@@ -1433,6 +1433,19 @@ def test_json_of_a_path_that_is_not_utf8_is_still_json(tmp_path):
         assert path == f"{tmp_path}/odd\ufffd.gcz", r.stdout
 
 
+def test_csv_of_a_path_that_is_not_utf8_is_still_utf8(tmp_path):
+    """eval --steps --csv names each step's file: a byte of it that is not UTF-8 is written as
+    U+FFFD, as in JSON, so that the CSV reads as UTF-8 text."""
+    odd = os.fsdecode(bytes(tmp_path) + b"/odd\xff")  # the directory: a tensor name must be UTF-8
+    os.mkdir(odd)
+    np.save(os.path.join(odd, "a.npy"), np.ones(4, np.float32))
+    r = subprocess.run([str(GCZ), "eval", "--steps", os.path.join(odd, "a.npy"), "--csv"], capture_output=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout.decode("utf-8"))))  # strict: a raw 0xff would raise
+    assert [row["file"] for row in rows] == [f"{tmp_path}/odd\ufffd/a.npy"] * 2, rows
+
+
 def test_a_directory_where_a_gcz_file_is_expected_is_named_as_one(tmp_path):
     for command in ("info", "verify"):
         r = gcz(command, tmp_path)
