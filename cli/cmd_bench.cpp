@@ -22,13 +22,26 @@ using json = nlohmann::json;
 
 // Which of the CPU code's paths ran (the same bits from each): the JSON's name and the table's line.
 const char* cpu_code(const BenchResult& r) {
-  if (r.cpu_avx512) return "avx512";
-  return r.cpu_avx2 ? "avx2" : "portable";
+  switch (r.cpu_code) {
+    case CpuCode::kAvx512:
+      return "avx512";
+    case CpuCode::kAvx2:
+      return "avx2";
+    case CpuCode::kPortable:
+      break;
+  }
+  return "portable";
 }
 const char* cpu_code_line(const BenchResult& r) {
-  if (r.cpu_avx512) return "AVX2 paths, Philox draws in AVX-512 (AVX2, FMA, F16C and AVX-512F found)";
-  return r.cpu_avx2 ? "AVX2 paths (AVX2, FMA and F16C found)"
-                    : "portable paths (no AVX2, FMA or F16C: slower, the same bits)";
+  switch (r.cpu_code) {
+    case CpuCode::kAvx512:
+      return "AVX2 paths, Philox draws in AVX-512 (AVX2, FMA, F16C and AVX-512F found)";
+    case CpuCode::kAvx2:
+      return "AVX2 paths (AVX2, FMA and F16C found)";
+    case CpuCode::kPortable:
+      break;
+  }
+  return "portable paths (no AVX2, FMA or F16C: slower, the same bits)";
 }
 
 // The whole run as one JSON document: what --json prints instead of the tables.

@@ -352,8 +352,9 @@ Result<BenchResult> run_bench(const std::vector<std::string>& specs, const Bench
   }
   BenchResult result;
   GCZ_ASSIGN_OR_RETURN(result.backend, resolve_backend(options.device));
-  result.cpu_avx2 = detail::cpu_has_avx2();
-  result.cpu_avx512 = detail::cpu_has_avx512();
+  result.cpu_code = detail::cpu_has_avx512() ? CpuCode::kAvx512
+                    : detail::cpu_has_avx2() ? CpuCode::kAvx2
+                                             : CpuCode::kPortable;
   for (const std::string& spec : specs) {
     GCZ_ASSIGN_OR_RETURN(EncodingPlan plan, check_encoding_plan(spec));
     if (result.backend != Backend::kCpu) {

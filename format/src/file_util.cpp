@@ -103,12 +103,12 @@ void forget_temp_path(const std::string& tmp) {
   temp_paths().erase(tmp);
 }
 
-namespace {
-
 FileVersion version_of(const struct stat& st) {
   return {true, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
           static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
 }
+
+namespace {
 
 // The open, locked `dest` that rename_if_unchanged compares and replaces, or an errno. An exclusive
 // flock: a second writer of the same version waits for the first to finish, then finds `dest`

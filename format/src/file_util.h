@@ -1,7 +1,7 @@
 // Internal file helpers shared by the container and tensor I/O: a read-only mapping whose pages can be
-// dropped after use, and the memory bounds (mapped_file.cpp); output paths checked before any work
-// (output_paths.cpp); and an output file written under a temporary name and renamed on commit
-// (file_util.cpp).
+// dropped after use, the memory bounds, and the check that an input was not rewritten in place while
+// read (mapped_file.cpp); output paths checked before any work (output_paths.cpp); and an output file
+// written under a temporary name and renamed on commit (file_util.cpp).
 #pragma once
 
 #include <sys/stat.h>
@@ -20,22 +20,14 @@
 
 namespace gcz::detail {
 
-// What tells one version of a file from another: its device and inode, its size and modification
-// time, as opened.
-struct FileStamp {
-  uint64_t device = 0, inode = 0, size = 0;
-  int64_t mtime_ns = 0;
-  bool known = false;  // false: never taken (check_unchanged then finds nothing)
-
-  // The stamp of the file at `path` now; unknown where it cannot be read.
-  static FileStamp of(const std::string& path);
-  static FileStamp of(const struct stat& st);
-  // kIoError where the file at `path` is still this one (device and inode) but its size or
-  // modification time differ: it was rewritten in place since, and what was read of it may mix two
-  // versions. A file removed, or replaced by another under its name, is not an error: an open file
-  // or a mapping keeps what was opened.
-  Status check_unchanged(const std::string& path) const;
-};
+// The version of a file that fstat or stat describes.
+FileVersion version_of(const struct stat& st);
+// kIoError where `path` still names the input file `opened` (its device and inode) but its size or
+// change time differ: it was rewritten in place since it was opened, and what was read of it may mix
+// two versions. (The change time, unlike the modification time, cannot be set back, as `cp -p` or
+// `rsync --inplace -t` set that.) A file removed, or replaced by another under its name, is not an
+// error: an open file or a mapping keeps the one opened.
+Status check_input_unchanged(const std::string& path, const FileVersion& opened);
 
 // A read-only memory map of a whole file (empty files map to nothing).
 class MappedFile {
@@ -53,14 +45,14 @@ class MappedFile {
   // kIoError where the file at path() is still the one mapped but its size or modification time
   // has changed since (rewritten in place, read perhaps half old, half new). A file removed, or
   // replaced by another under its name, left the mapping whole.
-  Status check_unchanged() const { return stamp_.check_unchanged(path_); }
+  Status check_unchanged() const { return check_input_unchanged(path_, version_); }
 
  private:
   MappedFile() = default;
   std::string path_;
   std::byte* data_ = nullptr;
   uint64_t size_ = 0;
-  FileStamp stamp_;
+  FileVersion version_;   // as opened
   void* slot_ = nullptr;  // its entry in the table mapped_input_at reads (none when the table is full)
 };
 

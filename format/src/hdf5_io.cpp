@@ -157,17 +157,16 @@ Result<DatasetInfo> describe_dataset(hid_t file, const std::string& path, const 
 
 class Hdf5Source final : public TensorSource {
  public:
-  Hdf5Source(std::string path, TensorInfo info, uint64_t numel, H5Id dataset, H5Id mem_type, FileStamp stamp)
+  Hdf5Source(std::string path, TensorInfo info, uint64_t numel, H5Id dataset, H5Id mem_type, FileVersion opened)
       : path_(std::move(path)),
         info_(std::move(info)),
         numel_(numel),
         dataset_(std::move(dataset)),
         mem_type_(std::move(mem_type)),
-        stamp_(stamp) {}
+        opened_(opened) {}
   const TensorInfo& info() const override { return info_; }
-  // HDF5 reads through the file it opened, so a file renamed over the path leaves it whole, and one
-  // rewritten in place shows in the path's stamp.
-  Status check_unchanged() const override { return stamp_.check_unchanged(path_); }
+  // HDF5 reads through the file it opened, so a file renamed over the path leaves it whole.
+  Status check_unchanged() const override { return check_input_unchanged(path_, opened_); }
 
   Status read(uint64_t first, uint64_t count, void* dst) override {
     GCZ_RETURN_IF_ERROR(check_read_range(path_, info_, numel_, first, count));
@@ -189,13 +188,13 @@ class Hdf5Source final : public TensorSource {
   uint64_t numel_;
   H5Id dataset_;  // keeps the file open while the source lives
   H5Id mem_type_;
-  FileStamp stamp_;
+  FileVersion opened_;
 };
 
 class Hdf5Reader final : public ReaderBase {
  public:
-  Hdf5Reader(const std::string& path, H5Id file, FileStamp stamp)
-      : ReaderBase(path, TensorFileFormat::kHdf5), file_(std::move(file)), stamp_(stamp) {}
+  Hdf5Reader(const std::string& path, H5Id file, FileVersion opened)
+      : ReaderBase(path, TensorFileFormat::kHdf5), file_(std::move(file)), opened_(opened) {}
 
   Status list() {
     std::vector<std::string> names;
@@ -224,12 +223,12 @@ class Hdf5Reader final : public ReaderBase {
     H5Id mem_type = hdf5_float_type(t.dtype);
     if (!mem_type.valid()) return internal_error(path_ + ": cannot build the HDF5 memory type: " + hdf5_error_text());
     return std::unique_ptr<TensorSource>(
-        new Hdf5Source(path_, t, numels_[i], std::move(dataset), std::move(mem_type), stamp_));
+        new Hdf5Source(path_, t, numels_[i], std::move(dataset), std::move(mem_type), opened_));
   }
 
  private:
   H5Id file_;
-  FileStamp stamp_;  // the file as H5Fopen found it
+  FileVersion opened_;  // the file as it was before H5Fopen read any of it
   std::vector<uint64_t> numels_;
 };
 
@@ -237,11 +236,13 @@ class Hdf5Reader final : public ReaderBase {
 
 Result<std::unique_ptr<TensorFileReader>> open_hdf5_reader(const std::string& path) {
   GCZ_RETURN_IF_ERROR(check_readable(path));
+  // Before HDF5 reads a byte: a change in place from here on shows in the check after the reads.
+  GCZ_ASSIGN_OR_RETURN(const FileVersion opened, FileVersion::of(path));
   quiet_hdf5_errors();
   if (H5Fis_hdf5(path.c_str()) <= 0) return format_error(path + ": not an HDF5 file (no HDF5 signature)");
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) return hdf5_read_error(path + ": cannot open as HDF5");
-  auto reader = std::make_unique<Hdf5Reader>(path, std::move(file), FileStamp::of(path));
+  auto reader = std::make_unique<Hdf5Reader>(path, std::move(file), opened);
   GCZ_RETURN_IF_ERROR(reader->list());
   return std::unique_ptr<TensorFileReader>(std::move(reader));
 }

@@ -135,7 +135,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   std::unique_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
   m->size_ = static_cast<uint64_t>(st.st_size);
-  m->stamp_ = FileStamp::of(st);
+  m->version_ = version_of(st);
   if (m->size_ > 0) {
     void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -158,22 +158,12 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
 }
 
-FileStamp FileStamp::of(const struct stat& st) {
-  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, true};
-}
-
-FileStamp FileStamp::of(const std::string& path) {
+Status check_input_unchanged(const std::string& path, const FileVersion& opened) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 ? of(st) : FileStamp{};
-}
-
-Status FileStamp::check_unchanged(const std::string& path) const {
-  if (!known) return Status::ok();
-  const FileStamp now = of(path);
-  if (!now.known) return Status::ok();                                  // removed: what was opened is still read whole
-  if (now.device != device || now.inode != inode) return Status::ok();  // another file under the name
-  if (now.size == size && now.mtime_ns == mtime_ns) return Status::ok();
+  if (!opened.exists || ::stat(path.c_str(), &st) != 0) return Status::ok();  // removed: read whole
+  const FileVersion now = version_of(st);
+  if (now.device != opened.device || now.inode != opened.inode) return Status::ok();  // another file now
+  if (now == opened) return Status::ok();
   return io_error(path +
                   ": the file changed while gcz read it (was it rewritten in place? replace a file by renaming a "
                   "new one over it)");

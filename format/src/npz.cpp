@@ -73,8 +73,8 @@ class NpzStreamSource final : public TensorSource {
         layout_(m_.header.layout()) {}
   ~NpzStreamSource() override { drop_member(); }
   const TensorInfo& info() const override { return m_.info; }
-  // minizip reads the archive through a file of its own, opened with the mapping: a change in place
-  // shows in the mapping's stamp.
+  // minizip reads the archive through a file of its own, opened by path just after the mapping: a
+  // change in place shows in the version the mapping was opened at.
   Status check_unchanged() const override { return file_->check_unchanged(); }
 
   Status read(uint64_t first, uint64_t count, void* dst) override {

@@ -489,7 +489,14 @@ def test_bench_json_is_one_document_with_the_same_measurements():
     assert doc["memcpy_gbps"] == doc["yardsticks"][0]["memcpy_gbps"] > 0
     assert all(y["read_gbps"] > 0 for y in doc["yardsticks"])
     assert doc["device_kernels"] == []  # the GPU's own rates, on the CUDA backend only
-    assert doc["cpu_code"] in ("avx512", "avx2", "portable")
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    if {"avx512f", "avx2", "fma", "f16c"} <= set(flags):  # the x86-64 CPUs of the machines this runs on
+        assert doc["cpu_code"] == "avx512", doc["cpu_code"]
+    elif {"avx2", "fma", "f16c"} <= set(flags):
+        assert doc["cpu_code"] == "avx2", doc["cpu_code"]
+    else:
+        assert doc["cpu_code"] == "portable", doc["cpu_code"]
     assert [(row["codec"], row["threads"]) for row in doc["rows"]] == [
         ("qsgd:bits=4", 2), ("qsgd:bits=4", 1), ("bf16", 2), ("bf16", 1)]
     n = (1 << 20) // 4  # 4 bits per element and a float32 scale per 128
@@ -2277,14 +2284,14 @@ def test_an_input_rewritten_in_place_while_read_is_an_error(tmp_path):
     before = os.stat(tmp_path / "in.npy").st_mtime_ns
     # PowerSGD reads the tensor once, then multiplies (Top-K, which reads it in passes, checks itself).
     p = encode_once_mapped(tmp_path, "powersgd:rank=8")
+    if p.poll() is not None:
+        pytest.skip("gcz ended before its input could be rewritten")
     with open(tmp_path / "in.npy", "r+b") as f:  # the same length, other bytes, a later time
         f.seek(1 << 20)
         f.write(bytes(1 << 20))
     os.utime(tmp_path / "in.npy", ns=(before + 10**9, before + 10**9))
     err = p.communicate(timeout=300)[1]
-    if p.returncode == 0:
-        pytest.skip("gcz read the whole input before it could be rewritten")
-    assert p.returncode == EXIT_IO, (p.returncode, err)
+    assert p.returncode == EXIT_IO, (p.returncode, err)  # its check comes after the products, long after this
     assert err == ("gcz: error: in.npy: the file changed while gcz read it (was it rewritten in place? replace a "
                    "file by renaming a new one over it)\n"), err
     assert sorted(x.name for x in tmp_path.iterdir()) == ["in.npy"]
@@ -2314,14 +2321,14 @@ def test_a_compressed_or_hdf5_input_rewritten_in_place_is_an_error(tmp_path, nam
             (tmp_path / f).unlink()
     before = os.stat(tmp_path / name).st_mtime_ns
     p = encode_once_mapped(tmp_path, "powersgd:rank=8", name)
+    if p.poll() is not None:
+        pytest.skip("gcz ended before its input could be rewritten")
     with open(tmp_path / name, "r+b") as f:  # the same length, other bytes, a later time
         f.seek(8 << 20)
         f.write(bytes(1 << 20))
     os.utime(tmp_path / name, ns=(before + 10**9, before + 10**9))
     err = p.communicate(timeout=300)[1]
-    if p.returncode == 0:
-        pytest.skip("gcz read the whole input before it could be rewritten")
-    assert p.returncode == EXIT_IO, (p.returncode, err)
+    assert p.returncode == EXIT_IO, (p.returncode, err)  # its check comes after the products, long after this
     assert err == (f"gcz: error: {name}: the file changed while gcz read it (was it rewritten in place? replace a "
                    "file by renaming a new one over it)\n"), err
     assert sorted(x.name for x in tmp_path.iterdir()) == [name]

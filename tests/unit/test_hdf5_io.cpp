@@ -174,9 +174,6 @@ TEST_F(Hdf5Test, SkipsDataKeptOutsideTheFileAndNotesLinks) {
   EXPECT_NE(skipped["elsewhere"].find("an external link"), std::string::npos);
 }
 
-// A virtual dataset maps its elements from datasets in other files, which a hostile .h5 can name as it
-// likes: skipped with a note, like external storage, even when the file it maps from is there and
-// HDF5 itself would read it. (Virtual datasets need the 1.10 file format, set through the bounds.)
 // A file rewritten in place while its datasets were read is reported (what was read may mix two
 // versions of it); one renamed over, or removed, is not: HDF5 holds the file it opened.
 TEST_F(Hdf5Test, AFileRewrittenInPlaceIsChanged) {
@@ -221,6 +218,9 @@ TEST_F(Hdf5Test, AFileRewrittenInPlaceIsChanged) {
   EXPECT_TRUE((*src2)->check_unchanged());
 }
 
+// A virtual dataset maps its elements from datasets in other files, which a hostile .h5 can name as it
+// likes: skipped with a note, like external storage, even when the file it maps from is there and
+// HDF5 itself would read it. (Virtual datasets need the 1.10 file format, set through the bounds.)
 TEST_F(Hdf5Test, SkipsAVirtualDataset) {
   const std::string p = dir_ + "/vds.h5", source = dir_ + "/source.h5";
   const std::vector<float> v = {1, 2, 3, 4};

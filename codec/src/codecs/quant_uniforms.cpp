@@ -15,11 +15,15 @@
 #if defined(__x86_64__)
 // GCC 12 warns that the AVX-512 intrinsics' own placeholder operands (_mm512_undefined_*) are used
 // uninitialized (GCC bug 105593); they are, by design.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 namespace gcz::detail {
@@ -283,10 +287,12 @@ void fill_draws(uint64_t seed, uint64_t tensor_key, uint32_t purpose, uint64_t f
     constexpr uint64_t kPerCall = kPerBlock * kBlocksPerCall, kPerSmallCall = kPerBlock * 8;
     constexpr uint64_t kPerWideCall = kPerBlock * kBlocksPerWideCall;
     const Keys8& keys = keys8(k0, k1, purpose, 0);
-    // The cache lines of the `count` values from element k that a call's draws will round.
-    auto prefetch_touch = [touch](uint64_t k, uint64_t count) {
+    // The cache lines of the `count` values from element `from` that a call's draws will round.
+    auto prefetch_touch = [touch](uint64_t from, uint64_t count) {
       if (touch == nullptr) return;
-      for (uint64_t b = 0; b < count; b += 16) _mm_prefetch(reinterpret_cast<const char*>(touch + k + b), _MM_HINT_T0);
+      for (uint64_t b = 0; b < count; b += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(touch + from + b), _MM_HINT_T0);
+      }
     };
     if (cpu_has_avx512()) {
       for (; k + kPerWideCall <= n; k += kPerWideCall) {

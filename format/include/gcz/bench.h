@@ -54,6 +54,13 @@ struct BenchYardstick {
 // The float32 elements the GPU's own rates are measured on (1 GiB, many times its L2 cache).
 inline constexpr uint64_t kBenchDeviceElements = uint64_t{1} << 28;
 
+// Which of the CPU code's paths ran; every one gives the same bits.
+enum class CpuCode {
+  kPortable,  // no AVX2 (or FMA, F16C)
+  kAvx2,      // the AVX2 paths
+  kAvx512,    // the AVX2 paths, and the bulk Philox draws' AVX-512 kernel
+};
+
 struct BenchResult {
   uint64_t input_bytes = 0;
   uint64_t tensors = 0;
@@ -61,8 +68,7 @@ struct BenchResult {
   std::vector<unsigned> row_threads;       // each spec's rows' thread counts, in order
   std::vector<BenchYardstick> yardsticks;  // for 1 and each thread count of the rows, ascending
   Backend backend = Backend::kCpu;
-  bool cpu_avx2 = false;  // whether the CPU code ran its AVX2 paths (else the portable ones): same bits
-  bool cpu_avx512 = false;  // whether the bulk Philox draws ran their AVX-512 kernel too: same bits
+  CpuCode cpu_code = CpuCode::kPortable;
   // On the CUDA backend: cuda_kernel_rates(kBenchDeviceElements, repeats), the device copy first.
   std::vector<DeviceKernelRate> device_kernels;
   std::vector<BenchRow> rows;
