@@ -1185,10 +1185,18 @@ def _decode_powersgd(spec: CodecSpec, dtype: str, shape, ctx: _Ctx):
     with np.errstate(invalid="ignore"):  # a signalling NaN factor is quietened, as in gcz
         P = decode_values(f, (n, r), ctx.inner("p")).astype(np.float64)
         Q = decode_values(f, (m, r), ctx.inner("q")).astype(np.float64)
-    acc = np.zeros((n, m), dtype=np.float64)
+    # A block of rows at a time (about 512 KiB of float64), so that its r passes stay in cache and no
+    # n x m temporary is made per rank: the same sums in the same order as a whole-matrix loop.
+    acc = np.empty((n, m), dtype=np.float64)
+    rows = max(1, (1 << 16) // max(m, 1))
+    term = np.empty((min(rows, n), m), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        for c in range(r):
-            acc += np.outer(P[:, c], Q[:, c])
+        for a in range(0, n, rows):
+            block, t = acc[a:a + rows], term[:min(rows, n - a)]
+            block.fill(0.0)
+            for c in range(r):
+                np.multiply(P[a:a + rows, c, None], Q[None, :, c], out=t)
+                block += t
     acc[np.isnan(acc)] = np.nan  # the default quiet NaN, whichever NaN the sums made
     return "float64", acc.reshape(-1).view(np.uint64)
 

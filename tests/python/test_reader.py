@@ -816,6 +816,18 @@ def test_codecs_samples_match_cpp_decoder(tmp_path, sample, spec):
         assert list(bits.shape) == original[name][1]
 
 
+@pytest.mark.parametrize("shape, rank", [((301, 997), 3), ((3, 70001), 1)])
+def test_powersgd_reconstruction_in_row_blocks_matches_cpp(tmp_path, shape, rank):
+    """The reader rebuilds P Q^T a block of rows at a time: rows of 997 elements in blocks of 65 (the
+    last one partial) and rows longer than a block (one row at a time) give gcz's bits."""
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    np.save(tmp_path / "m.npy", x)
+    path = encode_seed(tmp_path, tmp_path / "m.npy", f"powersgd:rank={rank}", "m")
+    with GczFile(path) as f:
+        assert f.info("m").element_codec == "powersgd"
+    check_against_cpp(path, tmp_path)
+
+
 def make_codec_input(tmp: Path, dtype: str) -> Tuple[Path, dict]:
     """Tensors for the quantizers and sparsifiers in `dtype`: sizes that are not multiples of a
     group, of 8 or of 5, matrices PowerSGD takes (also in float16), constants, zeros, special
