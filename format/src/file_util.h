@@ -24,9 +24,9 @@ namespace gcz::detail {
 FileVersion version_of(const struct stat& st);
 // kIoError where `path` still names the input file `opened` (its device and inode) but its size or
 // change time differ: it was rewritten in place since it was opened, and what was read of it may mix
-// two versions. (The change time, unlike the modification time, cannot be set back, as `cp -p` or
-// `rsync --inplace -t` set that.) A file removed, or replaced by another under its name, is not an
-// error: an open file or a mapping keeps the one opened.
+// two versions. (No tool sets the change time back, as `cp -p` or `rsync --inplace -t` do the
+// modification time.) A file removed, or replaced by another under its name, is not an error: an
+// open file or a mapping keeps the one opened.
 Status check_input_unchanged(const std::string& path, const FileVersion& opened);
 
 // A read-only memory map of a whole file (empty files map to nothing).
@@ -42,9 +42,8 @@ class MappedFile {
   const std::string& path() const { return path_; }
   // Drops the resident pages of [begin, end) (page-rounded inward); they are read again if touched.
   void release(uint64_t begin, uint64_t end) const;
-  // kIoError where the file at path() is still the one mapped but its size or modification time
-  // has changed since (rewritten in place, read perhaps half old, half new). A file removed, or
-  // replaced by another under its name, left the mapping whole.
+  // kIoError where the file at path() is still the one mapped but its size or change time has
+  // changed since (rewritten in place, read perhaps half old, half new): check_input_unchanged.
   Status check_unchanged() const { return check_input_unchanged(path_, version_); }
 
  private:
