@@ -16,7 +16,7 @@ RunFn add_encode_command(CLI::App& app) {
   struct Args {
     EncodeArgs encode;
     std::string output, ef_state, ef_codec = "none";
-    bool ef_resume = false;
+    bool ef_resume = false, ef_prune = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("encode", "Encode gradient dumps into a .gcz file and report ratio and error");
@@ -35,6 +35,9 @@ RunFn add_encode_command(CLI::App& app) {
   cmd->add_flag("--ef-resume", a->ef_resume,
                 "The --ef-state file must exist: this step continues its sequence, and a missing one (a mistyped "
                 "name, a state not yet copied) is an error instead of a new state from zero residuals");
+  cmd->add_flag("--ef-prune", a->ef_prune,
+                "Drop from the --ef-state file the residuals no tensor of this step took (tensors renamed, or gone "
+                "from the model for good), instead of keeping them for a later step; a note counts them");
   CLI::Option* ef_codec =
       cmd->add_option("--ef-codec", a->ef_codec,
                       "Codec for the residuals in the --ef-state file; a lossy one loses for good what it drops "
@@ -68,8 +71,10 @@ RunFn add_encode_command(CLI::App& app) {
           "--ef-codec is the codec of the --ef-state file's residuals, and no --ef-state is given (error feedback "
           "needs one)"));
     }
-    if (a->ef_state.empty() && a->ef_resume) {
-      return report_error(invalid_argument("--ef-resume continues an --ef-state, and no --ef-state is given"));
+    for (const auto& [flag, given] : {std::pair{"--ef-resume", a->ef_resume}, std::pair{"--ef-prune", a->ef_prune}}) {
+      if (a->ef_state.empty() && given) {
+        return report_error(invalid_argument(std::string(flag) + " acts on an --ef-state, and no --ef-state is given"));
+      }
     }
     std::optional<ErrorFeedback> ef;
     bool new_state = false;  // said when done: a mistyped name would otherwise start a new state unseen
@@ -88,6 +93,7 @@ RunFn add_encode_command(CLI::App& app) {
       options->ef_state_path = a->ef_state;
       options->ef_codec = a->ef_codec;
       options->refuse_foreign_state = true;
+      options->ef_prune = a->ef_prune;
     }
     note_unused_raw_options(a->encode.raw_dtype, a->encode.raw_shape, a->encode.inputs);
     ProgressLine progress("encoding");

@@ -348,13 +348,19 @@ void print_warnings(const EncodeReport& report, bool rules, const std::string& s
       names += (k ? ", '" : "'") + printable(report.ef_new[k]) + "'";
     }
     if (report.ef_new.size() > 3) names += ", ... (" + std::to_string(report.ef_new.size()) + " in all)";
-    const std::string unused =
-        report.ef_unused == 0 ? ""
-                              : "; it keeps " + count_of(report.ef_unused, "residual") + " no tensor of this step took";
+    std::string unused;
+    if (report.ef_pruned > 0) {
+      unused = "; it dropped " + count_of(report.ef_pruned, "residual") + " no tensor of this step took (--ef-prune)";
+    } else if (report.ef_unused > 0) {
+      unused = "; it keeps " + count_of(report.ef_unused, "residual") + " no tensor of this step took";
+    }
     std::fprintf(stderr,
                  "gcz: note: %sthe error-feedback state holds no residual for %s, which start%s from zero (new, or "
                  "renamed since)%s\n",
                  at.c_str(), names.c_str(), report.ef_new.size() == 1 ? "s" : "", unused.c_str());
+  } else if (report.ef_pruned > 0) {
+    std::fprintf(stderr, "gcz: note: %sthe error-feedback state dropped %s no tensor of this step took (--ef-prune)\n",
+                 at.c_str(), count_of(report.ef_pruned, "residual").c_str());
   }
   if (report.adaptive && !report.adaptive->fits) {
     const AdaptiveChoice& a = *report.adaptive;

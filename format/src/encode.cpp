@@ -230,6 +230,7 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
     for (const SkippedTensor& s : reader->skipped()) report.skipped.push_back({s.name, s.reason, path});
     readers.push_back(std::move(reader));
   }
+  std::vector<std::string> unused;  // the state's residuals no tensor of the step takes
   if (const ErrorFeedback* ef = options.error_feedback) {
     // Against a state that holds residuals: the step's tensors it holds none for (all of them: refused
     // where asked), and the residuals no tensor of the step takes, which the report gives.
@@ -240,9 +241,12 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
         if (!ef->find(name)) fresh.push_back(name);
       }
       if (options.refuse_foreign_state && fresh.size() == seen.size()) return foreign_state(*ef, held, seen);
+      for (const std::string& name : held) {
+        if (seen.count(name) == 0) unused.push_back(name);
+      }
       if (ef->feedback()) {
         report.ef_new = std::move(fresh);
-        for (const std::string& name : held) report.ef_unused += seen.count(name) == 0;
+        report.ef_unused = unused.size();
       }
     }
   }
@@ -327,7 +331,13 @@ Result<EncodeReport> encode_files(const std::vector<std::string>& inputs, const 
   GCZ_ASSIGN_OR_RETURN(uint64_t file_bytes, writer->finish(metadata, /*in_place=*/!save_state));
   report.total = encoder.total().finish(bytes_in, file_bytes);
   report.cumulative = cumulative;
-  if (options.error_feedback) options.error_feedback->count_step();
+  if (options.error_feedback) {
+    if (options.ef_prune) {
+      for (const std::string& name : unused) options.error_feedback->erase(name);
+      report.ef_pruned = unused.size();
+    }
+    options.error_feedback->count_step();
+  }
   if (save_state) {
     ErrorFeedback& ef = *options.error_feedback;
     GCZ_ASSIGN_OR_RETURN(auto state, ef.write(options.ef_state_path, options.ef_codec));

@@ -907,6 +907,38 @@ def test_ef_resume_needs_the_state_to_exist(tmp_path):
     assert listing(tmp_path) == ["ef.gcz", "o0.gcz", "o1.gcz"]
 
 
+def test_ef_prune_drops_the_residuals_no_tensor_of_the_step_took(tmp_path):
+    """--ef-prune: the residuals of tensors absent from this step (renamed, or gone from the model)
+    leave the state instead of waiting for a later step, and a note counts them; the others, and
+    the step's new tensors, stay. Without --ef-state it is a usage error."""
+    rng = np.random.default_rng(2)
+    state = tmp_path / "ef.gcz"
+
+    def step(k: int, names, *extra):
+        np.savez(tmp_path / f"s{k}.npz", **{n: rng.standard_normal(64).astype(np.float32) for n in names})
+        return gcz("encode", tmp_path / f"s{k}.npz", "-o", tmp_path / f"o{k}.gcz", "-c", "fp16", "--ef-state",
+                   state, "-q", *extra, check=True)
+
+    def held():
+        return sorted(t["name"] for t in json.loads(gcz("info", state, "--json", check=True).stdout)["tensors"])
+
+    step(0, ["a", "b"])
+    r = step(1, ["a", "c"], "--ef-prune")
+    assert r.stderr == ("gcz: note: the error-feedback state holds no residual for 'c', which starts from zero "
+                        "(new, or renamed since); it dropped 1 residual no tensor of this step took (--ef-prune)\n"), \
+        r.stderr
+    assert held() == ["residual/a", "residual/c"]
+    r = step(2, ["a"], "--ef-prune")
+    assert r.stderr == "gcz: note: the error-feedback state dropped 1 residual no tensor of this step took " \
+                       "(--ef-prune)\n", r.stderr
+    assert held() == ["residual/a"]
+    r = step(3, ["a", "d"])  # without it, a residual not taken stays
+    step(4, ["a"])
+    assert held() == ["residual/a", "residual/d"]
+    r = gcz("encode", tmp_path / "s4.npz", "-o", tmp_path / "x.gcz", "--ef-prune", "-q")
+    assert r.returncode == EXIT_USAGE and "--ef-prune acts on an --ef-state" in error_line(r), r.stderr
+
+
 def test_powersgd_eligibility_counts_the_dtype_the_index_records(tmp_path):
     """With error feedback a float16 tensor is encoded, and recorded, as float32: PowerSGD's size rule
     (powersgd.md, "Fallback") counts 4 bytes per element then, and 2 without feedback."""

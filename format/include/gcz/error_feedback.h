@@ -82,6 +82,7 @@ class ErrorFeedback {
   const Entry* find(const std::string& name) const;
   Entry* find(const std::string& name);
   void put(const std::string& name, Entry entry) { entries_[name] = std::move(entry); }
+  void erase(const std::string& name) { entries_.erase(name); }
   std::size_t size() const { return entries_.size(); }
   std::vector<std::string> names() const;  // of the tensors held, in byte order
   // Steps encoded with this state so far (saved in the file as gcz.ef_steps): encode_files encodes

@@ -96,6 +96,10 @@ struct EncodeOptions {
   // With error_feedback: refuse (kInvalidArgument, before any output) inputs none of whose tensors the
   // state holds a residual for, when it holds any: another model's state, or tensors renamed.
   bool refuse_foreign_state = false;
+  // With error_feedback: after the step, drop the state's residuals (and codec states) that no tensor
+  // of the step took: tensors renamed, or gone from the model for good. EncodeReport::ef_pruned
+  // counts them.
+  bool ef_prune = false;
 };
 
 // With error feedback and tracked sums: how far the sum of decoded steps is from the sum of true
@@ -151,6 +155,7 @@ struct EncodeReport {
   // of this step took (kept for a later step).
   std::vector<std::string> ef_new;
   uint64_t ef_unused = 0;
+  uint64_t ef_pruned = 0;  // with EncodeOptions::ef_prune: the residuals dropped
 };
 
 // Encodes every floating tensor of `inputs` (files or directories) into `output`; with an empty
