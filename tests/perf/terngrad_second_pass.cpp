@@ -52,11 +52,11 @@ struct Scratch {
   std::vector<uint8_t> out;
 };
 
-// The trits of span a (its values at x), into s.out.
-void trits(const float* x, uint64_t a, float scale, Scratch& s) {
+// The trits of span a (its values at x, all finite or not), into s.out.
+void trits(const float* x, uint64_t a, float scale, bool finite, Scratch& s) {
   const FineDraws fine{kSeed, kKey, kStreamTernGrad, a};
-  terngrad_encode_span({x, s.u.data(), fine, kSpan, kSpan, &scale, /*stochastic=*/true, /*base3=*/true,
-                        /*finite=*/true, s.trits.data(), s.ties.data(), s.out.data() + a / 5});
+  terngrad_encode_span({x, s.u.data(), fine, kSpan, kSpan, &scale, /*stochastic=*/true, /*base3=*/true, finite,
+                        s.trits.data(), s.ties.data(), s.out.data() + a / 5});
 }
 
 }  // namespace
@@ -74,11 +74,12 @@ int main(int argc, char** argv) {
   TernGradMoments m;
   terngrad_add_moments(x.data(), x.size(), m);
   const float scale = m.scale(2.5);
+  const bool finite = m.finite == x.size();
   const uint64_t spans = x.size() / kSpan, n = spans * kSpan;  // whole spans only
-  if (spans == 0)
-    return std::fprintf(stderr, "terngrad_second_pass: fewer than %llu elements\n",
-                        static_cast<unsigned long long>(kSpan)),
-           2;
+  if (spans == 0) {
+    std::fprintf(stderr, "terngrad_second_pass: fewer than %llu elements\n", static_cast<unsigned long long>(kSpan));
+    return 2;
+  }
   Scratch s;
   s.out.resize(n / 5 + 32);
   fill_coarse8(kSeed, kKey, kStreamTernGrad, 0, kSpan, s.u.data());
@@ -103,13 +104,13 @@ int main(int argc, char** argv) {
       fill_coarse8(kSeed, kKey, kStreamTernGrad, a, kSpan, s.u.data(), x.data() + a);
     }
     lap(kDrawsPf);
-    for (uint64_t a = 0; a < n; a += kSpan) trits(x.data(), a, scale, s);
+    for (uint64_t a = 0; a < n; a += kSpan) trits(x.data(), a, scale, finite, s);
     lap(kTritsL2);
-    for (uint64_t a = 0; a < n; a += kSpan) trits(x.data() + a, a, scale, s);
+    for (uint64_t a = 0; a < n; a += kSpan) trits(x.data() + a, a, scale, finite, s);
     lap(kTritsMem);
     for (uint64_t a = 0; a < n; a += kSpan) {
       fill_coarse8(kSeed, kKey, kStreamTernGrad, a, kSpan, s.u.data(), x.data() + a);
-      trits(x.data() + a, a, scale, s);
+      trits(x.data() + a, a, scale, finite, s);
     }
     lap(kPass);
   }
