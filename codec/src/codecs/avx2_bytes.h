@@ -37,17 +37,21 @@ GCZ_AVX2_INLINE __m256i in_pack_order(__m256i ordered) {
   return _mm256_permutevar8x32_epi32(ordered, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
 }
 
+// Prefetches the `lines` cache lines that start kAhead float32 values past x, with `hint`. The address
+// is formed as an integer: it may lie past the end of the input, where a prefetch does not fault.
+template <long kAhead, auto kHint = _MM_HINT_T0, int kLines = 1>
+GCZ_AVX2_INLINE void prefetch_ahead(const float* x) {
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(x) + sizeof(float) * kAhead;
+  for (int k = 0; k < kLines; ++k) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * k), kHint);
+}
+
 // TernGrad's span loops read their input once, in order, and each span's draws come first: the
 // hardware prefetcher alone leaves the start of every span to wait for memory. So each of their
 // steps of 32 elements also prefetches, into L2, the 128 bytes 8192 float32 values ahead, and the
-// next span's start arrives while this span ends. (Prefetches past the end of the input do not
-// fault.) QSGD's spans are short enough to need none (qsgd.cpp).
+// next span's start arrives while this span ends. (QSGD's maxima and TernGrad's moments prefetch
+// too, each at its own distance: qsgd_span.cpp, terngrad_moments.cpp.)
 inline constexpr long kPrefetchAhead = 8192;
-GCZ_AVX2_INLINE void prefetch_next_span(const float* x) {
-  const uintptr_t ahead = reinterpret_cast<uintptr_t>(x) + sizeof(float) * kPrefetchAhead;  // maybe past the end
-  _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T1);
-  _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T1);
-}
+GCZ_AVX2_INLINE void prefetch_next_span(const float* x) { prefetch_ahead<kPrefetchAhead, _MM_HINT_T1, 2>(x); }
 
 // The 32 float32 values at x as bits, in four vectors (the span loops' step).
 GCZ_AVX2_INLINE void load32(const float* x, __m256i* xi) {

@@ -4,11 +4,11 @@
 // packing specialised per code width, qsgd_pack.h).
 //
 // Why spans this small: a span's input is first read by its scales, a quick pass, which a long span
-// leaves waiting on memory. A span of 6 KiB of input, with no software prefetching at all, is in cache
-// by then (the hardware prefetcher, it seems, fetches that far ahead while the previous span is
-// quantized). On 256 MiB of float32 that is 3% (8 bits) to 10% (4 bits) faster than spans of 8192
-// elements with prefetches; spans above about 2048 elements lose it; in cache the difference is
-// within 4% either way (docs/PERFORMANCE.md, "Short QSGD spans").
+// leaves waiting on memory. A span of 6 KiB of input is in cache by then (on the EPYC the hardware
+// prefetcher, it seems, fetched that far ahead while the previous span was quantized; where it does
+// not keep up, the scales' own prefetch 16 KiB ahead does: qsgd_span.cpp). On 256 MiB of float32 that is 3% (8 bits) to
+// 10% (4 bits) faster than spans of 8192 elements with prefetches; spans above about 2048 elements lose it; in cache
+// the difference is within 4% either way (docs/PERFORMANCE.md, "Short QSGD spans").
 #include "codecs/qsgd.h"
 
 #include <algorithm>

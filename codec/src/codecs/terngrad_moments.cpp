@@ -153,11 +153,7 @@ GCZ_AVX2_INLINE void store_sums(__m256d s1a, __m256d s1b, __m256d s2a, __m256d s
 // same bytes, in the same run, reached 12.2. A prefetch of the cache line 1024 elements (4 KiB) ahead,
 // once per line, brought it within 4% of the plain read of its run (512 to 2048 elements ahead did
 // as well; 256 came 12% short).
-constexpr uint64_t kMomentsAhead = 1024;
-GCZ_AVX2_INLINE void prefetch_moments(const float* x) {
-  const uintptr_t ahead = reinterpret_cast<uintptr_t>(x) + sizeof(float) * kMomentsAhead;  // maybe past the end
-  _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);                         // which does not fault
-}
+constexpr long kMomentsAhead = 1024;
 
 // One block x[0, n), any n <= kSumBlock: whole lanes in vectors, the rest as add_block does.
 GCZ_AVX2_FMA_INLINE void one_block_avx2(const float* x, uint64_t n, double shift, BlockSums& a) {
@@ -166,7 +162,7 @@ GCZ_AVX2_FMA_INLINE void one_block_avx2(const float* x, uint64_t n, double shift
   __m256i mx = _mm256_setzero_si256();
   uint64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    prefetch_moments(x + i);
+    avx2::prefetch_ahead<kMomentsAhead>(x + i);
     add8_avx2(x + i, k, s1a, s1b, s2a, s2b, mx);
     add8_avx2(x + i + 8, k, s1a, s1b, s2a, s2b, mx);
   }
@@ -262,7 +258,7 @@ __attribute__((target("avx2,fma"))) bool group_scales_avx2(const float* x, uint6
           __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
           __m256i mx = _mm256_setzero_si256();
           for (uint64_t i = 0; i < len; i += 8) {
-            if (i % 16 == 0) prefetch_moments(x + b + i);
+            if (i % 16 == 0) avx2::prefetch_ahead<kMomentsAhead>(x + b + i);
             add8_avx2(x + b + i, k, s1a, s1b, s2a, s2b, mx);
           }
           const int32_t max_bits = avx2::hmax_epi32(mx);
