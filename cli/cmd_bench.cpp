@@ -21,27 +21,20 @@ constexpr const char* kDefaultThreads = "1,2";  // the thread counts measured wh
 using json = nlohmann::json;
 
 // Which of the CPU code's paths ran (the same bits from each): the JSON's name and the table's line.
-const char* cpu_code(const BenchResult& r) {
-  switch (r.cpu_code) {
+struct CpuCodeNames {
+  const char* json;
+  const char* line;
+};
+CpuCodeNames cpu_code_names(CpuCode code) {
+  switch (code) {
     case CpuCode::kAvx512:
-      return "avx512";
+      return {"avx512", "AVX2 paths, Philox draws in AVX-512 (AVX2, FMA, F16C and AVX-512F found)"};
     case CpuCode::kAvx2:
-      return "avx2";
+      return {"avx2", "AVX2 paths (AVX2, FMA and F16C found)"};
     case CpuCode::kPortable:
       break;
   }
-  return "portable";
-}
-const char* cpu_code_line(const BenchResult& r) {
-  switch (r.cpu_code) {
-    case CpuCode::kAvx512:
-      return "AVX2 paths, Philox draws in AVX-512 (AVX2, FMA, F16C and AVX-512F found)";
-    case CpuCode::kAvx2:
-      return "AVX2 paths (AVX2, FMA and F16C found)";
-    case CpuCode::kPortable:
-      break;
-  }
-  return "portable paths (no AVX2, FMA or F16C: slower, the same bits)";
+  return {"portable", "portable paths (no AVX2, FMA or F16C: slower, the same bits)"};
 }
 
 // The whole run as one JSON document: what --json prints instead of the tables.
@@ -66,7 +59,7 @@ json bench_json(const BenchResult& r, int repeats, bool synthetic) {
           {"tensors", r.tensors},
           {"synthetic", synthetic},
           {"backend", std::string(backend_name(r.backend))},
-          {"cpu_code", cpu_code(r)},
+          {"cpu_code", cpu_code_names(r.cpu_code).json},
           {"repeats", repeats},
           {"memcpy_gbps", r.memcpy_gbps},
           {"yardsticks", std::move(yardsticks)},
@@ -99,7 +92,7 @@ struct TablePrinter {
       std::printf("data: %s in %llu tensor(s)%s, backend %s, best of %d timed runs after a warm-up\n",
                   human_bytes(r.input_bytes).c_str(), static_cast<unsigned long long>(r.tensors),
                   synthetic ? " (synthetic float32)" : "", std::string(backend_name(r.backend)).c_str(), repeats);
-      std::printf("CPU code: %s\n", cpu_code_line(r));
+      std::printf("CPU code: %s\n", cpu_code_names(r.cpu_code).line);
       std::printf("memcpy (1 thread): %.2f GB/s\n\n", r.memcpy_gbps);
       std::printf("%-34s %7s %12s %8s %12s %8s\n", "yardstick", "threads", "memcpy GB/s", "scaling", "read GB/s",
                   "scaling");
