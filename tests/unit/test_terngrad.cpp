@@ -13,6 +13,7 @@
 
 #include "codecs/quant_uniforms.h"
 #include "codecs/terngrad_span.h"
+#include "cpu_features.h"
 #include "gcz/codec.h"
 #include "gcz/codec_spec.h"
 #include "gcz/container.h"
@@ -515,28 +516,56 @@ TEST(TernGrad, MomentsAreBitExactAcrossInstructionSets) {
   for (uint64_t i = 0; i < 5000; i += 7) finite[i] += 1000.0f;
   std::vector<float> nan = finite;
   nan[4000] = std::numeric_limits<float>::quiet_NaN();
-  for (const auto& [x, n] : std::vector<std::pair<const float*, uint64_t>>{
-           {finite.data(), 1}, {finite.data(), 7}, {finite.data(), 8}, {finite.data(), 255}, {finite.data(), 256},
-           {finite.data(), 3001}, {finite.data(), 5000}, {nan.data(), 5000}}) {
-    detail::TernGradMoments m[2];
-    std::vector<float> scales[2];
-    for (int avx2 = 0; avx2 < 2; ++avx2) {
-      detail::allow_avx2_for_testing(avx2 == 1);
-      detail::terngrad_add_moments(x, n, m[avx2]);
+  // Values over 40 binary orders of magnitude: a lane that summed its elements in another order (or
+  // two at once) would round differently.
+  std::vector<float> spread(5000);
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (float& v : spread) v = std::ldexp(unit(rng), exponent(rng));
+  for (const auto& [x, n] : std::vector<std::pair<const float*, uint64_t>>{{finite.data(), 1},
+                                                                           {finite.data(), 7},
+                                                                           {finite.data(), 8},
+                                                                           {finite.data(), 255},
+                                                                           {finite.data(), 256},
+                                                                           {finite.data(), 3001},
+                                                                           {finite.data(), 5000},
+                                                                           {nan.data(), 5000},
+                                                                           {spread.data(), 5000},
+                                                                           {spread.data(), 999}}) {
+    // SSE2, AVX2, and AVX-512F where the CPU has it (TernGrad.Avx512LoopsRanHere says if not).
+    detail::TernGradMoments m[3];
+    std::vector<float> scales[3];
+    for (int set = 0; set < 3; ++set) {
+      detail::allow_avx2_for_testing(set >= 1);
+      detail::allow_avx512_for_testing(set == 2);
+      detail::terngrad_add_moments(x, n, m[set]);
       for (uint64_t group : {uint64_t{1}, uint64_t{5}, uint64_t{128}, uint64_t{250}, uint64_t{300}}) {
         std::vector<float> s((n + group - 1) / group);
         detail::terngrad_group_scales(x, n, group, 2.5, s.data());
-        scales[avx2].insert(scales[avx2].end(), s.begin(), s.end());
+        scales[set].insert(scales[set].end(), s.begin(), s.end());
       }
     }
     detail::allow_avx2_for_testing(true);
-    EXPECT_EQ(m[0].s1.total(), m[1].s1.total()) << n;
-    EXPECT_EQ(m[0].s2.total(), m[1].s2.total()) << n;
-    EXPECT_EQ(m[0].finite, m[1].finite) << n;
-    EXPECT_EQ(m[0].max_bits, m[1].max_bits) << n;
-    EXPECT_EQ(m[0].sigma(), m[1].sigma()) << n;
-    EXPECT_EQ(scales[0], scales[1]) << n;
+    detail::allow_avx512_for_testing(true);
+    for (int set = 1; set < 3; ++set) {
+      EXPECT_EQ(m[0].s1.total(), m[set].s1.total()) << n << ", set " << set;
+      EXPECT_EQ(m[0].s2.total(), m[set].s2.total()) << n << ", set " << set;
+      EXPECT_EQ(m[0].finite, m[set].finite) << n << ", set " << set;
+      EXPECT_EQ(m[0].max_bits, m[set].max_bits) << n << ", set " << set;
+      EXPECT_EQ(m[0].sigma(), m[set].sigma()) << n << ", set " << set;
+      EXPECT_EQ(scales[0], scales[set]) << n << ", set " << set;
+    }
   }
+}
+
+// The tests above compare the AVX-512F loops (the moments; the one-pass encode's trits) with the
+// others only where the CPU has AVX-512F; this one says when it does not.
+TEST(TernGrad, Avx512LoopsRanHere) {
+  if (!detail::cpu_has_avx512()) {
+    GTEST_SKIP() << "this CPU lacks AVX-512F: its TernGrad loops were not compared with the AVX2 and SSE2 ones";
+  }
+  SUCCEED();
 }
 
 // The largest group on a small tensor: one scale, scratch sized by the data.

@@ -6,6 +6,7 @@
 #include "codecs/terngrad.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -31,9 +32,40 @@ constexpr uint64_t kMomentSpan = 8192;     // a multiple of kSumBlock
 constexpr uint64_t kSuperBlock = kSumBlock << 10;   // a power of two of blocks, a multiple of kMomentSpan
 constexpr uint64_t kSpansPerPiece = 4;              // spans per piece of work handed to a thread (~1 MiB)
 
+// The one-pass encode's pieces of work: whole super-blocks (a thread makes each of their moments
+// alone), and a multiple of 160 (so are the spans within: whole base-3 rounds, on a Philox block).
+constexpr uint64_t kOnePassPiece = 5 * kSuperBlock;
+static_assert(kOnePassPiece % 160 == 0 && kOnePassPiece <= kTernGradPendingReach, "one-pass pieces");
+// The pass goes through a piece in chunks, each from memory to its trits while it is in L1: its coarse
+// draws, its moments (which read it from memory, prefetching ahead), then its trits. Whole base-3
+// rounds on a Philox block, and whole blocks of the moments' summation.
+constexpr uint64_t kOnePassChunk = 2560;
+static_assert(kOnePassChunk % 160 == 0 && kOnePassChunk % kSumBlock == 0 && kOnePassPiece % kOnePassChunk == 0,
+              "one-pass chunks");
+// A piece gives up its trits (the encode makes them again in a second pass) once more than one
+// element in kPendingShare is pending: a bracket that wide would cost about as much as that pass.
+constexpr uint64_t kPendingShare = 16;
+// The bracket's sample: blocks of kSampleBlock elements (a cache line of float32) spread evenly over
+// the tensor, one per kSampleEvery elements but at least kSampleMin and at most kSampleMax of them.
+// Many short blocks, not a few long ones: neighbours are often alike (a row of a gradient), so the
+// error of the guess falls with the number of blocks more than with their length.
+constexpr uint64_t kSampleBlock = 16, kSampleEvery = 2048, kSampleMin = 2048, kSampleMax = 16384;
+constexpr uint64_t kSampleAhead = 32;
+// Its half-width, relative to the guessed c sigma: kWidthErrors standard errors of the sample's
+// sigma, at least kMinWidth; a sample that would need more than kMaxWidth guesses nothing.
+constexpr double kWidthErrors = 3.0, kMinWidth = 0.004, kMaxWidth = 0.08;
+
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
+struct OnePassTesting {
+  uint64_t min_elements = kTernGradOnePassMin;
+  double lo = 0.0, hi = 0.0;
+};
+OnePassTesting g_one_pass;
+
 }  // namespace
+
+void terngrad_one_pass_for_testing(uint64_t min_elements, double lo, double hi) { g_one_pass = {min_elements, lo, hi}; }
 
 Result<TernGradOptions> parse_terngrad_options(const Params& params) {
   GCZ_RETURN_IF_ERROR(check_param_keys(params, kName, {"clip", "scale", "group", "rounding", "packing"}));
@@ -105,12 +137,16 @@ unsigned TernGradCodec::parts(uint64_t count) const {
 // Gathered in slices (prepare), the same: the shift is the first finite element's wherever it lies
 // (a super-block before it holds no finite element, so no sum depends on it), and the super-blocks'
 // totals are kept in order until the last.
-void TernGradCodec::gather(const TensorInfo& t, const void* src, uint64_t first, uint64_t count, unsigned parts,
-                           Gathered& g) {
+void TernGradCodec::find_shift(const TensorInfo& t, const void* src, uint64_t count, Gathered& g) {
   for (uint64_t a = 0; a < count && !g.shift.has_shift; a += kMomentSpan) {
     const uint64_t len = std::min(kMomentSpan, count - a);
     terngrad_find_shift(span_values(t, src, a, len, scratch_[0].x), len, g.shift);
   }
+}
+
+void TernGradCodec::gather(const TensorInfo& t, const void* src, uint64_t first, uint64_t count, unsigned parts,
+                           Gathered& g) {
+  find_shift(t, src, count, g);
   const uint64_t supers = ceil_div(count, kSuperBlock), b0 = first / kSuperBlock;
   g.sums.resize(b0 + supers);
   run_pieces(std::min<uint64_t>(parts, supers), supers, 1, [&](unsigned k, uint64_t begin, uint64_t end) {
@@ -144,6 +180,137 @@ TernGradCodec::TensorScale TernGradCodec::tensor_scale(const TensorInfo& t, cons
   Gathered g;
   gather(t, src, 0, count, parts, g);
   return scale_of(g, count);
+}
+
+std::optional<TernGradCodec::Bracket> TernGradCodec::guess_bracket(const TensorInfo& t, const void* src,
+                                                                   uint64_t count) {
+  // The one pass makes stochastic trits in base 3 (where the scale may be max|x|, with no clip, no
+  // bracket would hold it), on a tensor too large for the second pass to find it in cache.
+  if (!o_.stochastic || !o_.base3 || !(o_.clip > 0.0) || count < g_one_pass.min_elements ||
+      count < kSampleMin * kSampleBlock) {
+    return std::nullopt;
+  }
+  const uint64_t blocks = std::clamp(count / kSampleEvery, kSampleMin, kSampleMax);
+  // Each block's finite count and sums of d and d^2, d = x - K0 (K0 the sample's first finite element).
+  std::vector<double> c1(blocks), c2(blocks), n(blocks);
+  double k0 = 0.0, total_n = 0.0, total_c1 = 0.0, total_c2 = 0.0;
+  bool has_k0 = false;
+  float max_abs = 0.0f;
+  const std::size_t esize = dtype_size(t.dtype);
+  auto block_at = [&](uint64_t b) { return b * (count - kSampleBlock) / (blocks - 1) / kSampleBlock * kSampleBlock; };
+  for (uint64_t b = 0; b < blocks; ++b) {
+    // The blocks lie far apart: each is a cache miss (and often a TLB miss), so they are fetched
+    // kSampleAhead blocks ahead, to wait for many at once.
+    if (b + kSampleAhead < blocks) {
+      __builtin_prefetch(static_cast<const std::byte*>(src) + block_at(b + kSampleAhead) * esize);
+    }
+    const uint64_t at = block_at(b);
+    const float* x = span_values(t, src, at, kSampleBlock, scratch_[0].x);
+    for (uint64_t i = 0; i < kSampleBlock; ++i) {
+      if (!std::isfinite(x[i])) continue;
+      if (!has_k0) {
+        k0 = x[i];
+        has_k0 = true;
+      }
+      const double d = static_cast<double>(x[i]) - k0;
+      c1[b] += d;
+      c2[b] += d * d;
+      n[b] += 1.0;
+      max_abs = std::max(max_abs, std::fabs(x[i]));
+    }
+    total_n += n[b];
+    total_c1 += c1[b];
+    total_c2 += c2[b];
+  }
+  if (total_n < 0.5 * static_cast<double>(blocks * kSampleBlock)) return std::nullopt;
+  const double mean = total_c1 / total_n, var = total_c2 / total_n - mean * mean;
+  if (!(var > 0.0)) return std::nullopt;
+  // The standard error of var from the spread of the blocks' own (each block one draw: neighbours
+  // within a block may be alike), and sigma's relative error half var's.
+  double spread = 0.0, used = 0.0;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    if (n[b] == 0.0) continue;
+    const double r = (c2[b] - 2.0 * mean * c1[b]) / n[b] + mean * mean - var;
+    spread += r * r;
+    used += 1.0;
+  }
+  const double error = 0.5 * std::sqrt(spread / (used - 1.0) / used) / var;
+  const double width = std::max(kMinWidth, kWidthErrors * error);
+  if (!(width <= kMaxWidth) && g_one_pass.lo == 0.0) return std::nullopt;
+  const double centre = o_.clip * std::sqrt(var);
+  Bracket b{static_cast<float>(centre * (1.0 - width)), static_cast<float>(centre * (1.0 + width))};
+  if (g_one_pass.lo != 0.0)
+    b = {static_cast<float>(centre * g_one_pass.lo), static_cast<float>(centre * g_one_pass.hi)};
+  // The scale is min(max|x|, c sigma): with an element above the bracket it is c sigma (if in it).
+  if (!(max_abs > b.hi) || !terngrad_bracket_supported(b.lo)) return std::nullopt;
+  return b;
+}
+
+TernGradCodec::Path TernGradCodec::encode_one_pass(const TensorInfo& t, const void* src, uint64_t count, unsigned parts,
+                                                   const Bracket& bracket, std::byte* trits, TensorScale& whole) {
+  Gathered g;
+  find_shift(t, src, count, g);
+  g.sums.resize(ceil_div(count, kSuperBlock));
+  // A piece's pending elements: kPendingShare of its elements, and room for one more chunk.
+  const uint64_t pieces = ceil_div(count, kOnePassPiece), room = kOnePassPiece / kPendingShare + kOnePassChunk;
+  if (pending_size_ < pieces * room) {
+    pending_.reset(new TernGradPending[pieces * room]);  // not initialised: untouched pages cost nothing
+    pending_size_ = pieces * room;
+  }
+  pending_count_.assign(pieces, 0);
+  std::atomic<bool> gave_up{false};
+  run_pieces(parts, count, kOnePassPiece, [&](unsigned k, uint64_t a, uint64_t b) {
+    Scratch& w = scratch_[k];
+    TernGradPending* pending = pending_.get() + a / kOnePassPiece * room;
+    uint64_t& pending_count = pending_count_[a / kOnePassPiece];
+    w.u.resize(kOnePassChunk + 32);
+    w.ties.resize(tie_room(kOnePassChunk, kOnePassChunk));
+    TernGradMoments m;
+    auto restart = [&] {
+      m = {};
+      m.shift = g.shift.shift;
+      m.has_shift = g.shift.has_shift;
+    };
+    restart();
+    for (uint64_t at = a; at < b; at += kOnePassChunk) {
+      const uint64_t len = std::min(kOnePassChunk, b - at);
+      const float* x = span_values(t, src, at, len, w.x);
+      const bool trits_too = !gave_up.load(std::memory_order_relaxed);
+      if (trits_too) fill_coarse8(context_.seed, context_.tensor_key, kStreamTernGrad, at, len, w.u.data());
+      uint64_t finite = 0;
+      for (uint64_t c = at; c < at + len;) {  // the moments, a super-block's apart from the next's
+        const uint64_t super = c / kSuperBlock, end = std::min(at + len, (super + 1) * kSuperBlock);
+        const uint64_t before = m.finite;
+        terngrad_add_moments(x + (c - at), end - c, m);
+        finite += m.finite - before;
+        if (end % kSuperBlock == 0 || end == count) {
+          g.sums[super] = {m.s1.total(), m.s2.total(), m.finite, m.max_bits};
+          restart();
+        }
+        c = end;
+      }
+      if (trits_too) {
+        terngrad_bracket_span({x, w.u.data(), len, at - a, finite == len, bracket.lo, bracket.hi, w.ties.data(),
+                               reinterpret_cast<uint8_t*>(trits) + at / 5},
+                              pending, pending_count);
+        if (pending_count > (b - a) / kPendingShare) gave_up.store(true, std::memory_order_relaxed);
+      }
+    }
+  });
+  whole = scale_of(g, count);
+  Path path = Path::kOnePass;
+  if (gave_up.load()) {
+    path = Path::kGaveUp;
+  } else if (!(whole.s >= bracket.lo && whole.s <= bracket.hi)) {
+    path = Path::kMissed;
+  } else {
+    run_pieces(parts, pieces, 1, [&](unsigned, uint64_t p, uint64_t) {
+      const FineDraws fine{context_.seed, context_.tensor_key, kStreamTernGrad, p * kOnePassPiece};
+      terngrad_settle_pending(pending_.get() + p * room, pending_count_[p], whole.s, fine,
+                              reinterpret_cast<uint8_t*>(trits) + p * kOnePassPiece / 5);
+    });
+  }
+  return path;
 }
 
 uint64_t TernGradCodec::prepare_unit() const { return kSuperBlock; }
@@ -209,15 +376,20 @@ Status TernGradCodec::encode(const TensorInfo& t, const void* src, uint64_t firs
   const unsigned n = parts(count);
   scratch_.resize(std::max<std::size_t>(scratch_.size(), n));
   TensorScale whole;
+  Path path = Path::kTwoPasses;
   if (!o_.group_scale && count > 0) {
     if (streamed) {
       if (!streamed_) streamed_ = scale_of(gathered_, numel);
       whole = *streamed_;
+    } else if (const std::optional<Bracket> bracket = guess_bracket(t, src, count)) {
+      path = encode_one_pass(t, src, count, n, *bracket, out[0].data() + trit_old, whole);
     } else {
       whole = tensor_scale(t, src, count, n);
     }
     if (scale_bytes != 0) std::memcpy(out[1].data() + scale_old, &whole.s, 4);
   }
+  if (!streamed) path_ = path;
+  if (path == Path::kOnePass) return Status::ok();
   run_pieces(n, count, kSpansPerPiece * span_, [&](unsigned k, uint64_t a, uint64_t b) {
     encode_spans(t, src, first, a, b, whole, out[0].data() + trit_old, out[1].data() + scale_old, scratch_[k]);
   });

@@ -31,6 +31,15 @@ struct TernGradOptions {
 
 inline constexpr uint64_t kTernGradMaxGroup = uint64_t{1} << 24;
 
+// The smallest tensor a tensor scale encodes in one pass (TernGradCodec::encode_one_pass), 64 MiB of
+// float32: below it the second pass may find the tensor in the last-level cache (on a 2-core Xeon,
+// 32 MiB took two passes at 7.3 GB/s and one at 5.8; 64 MiB 3.9 and 5.0).
+inline constexpr uint64_t kTernGradOnePassMin = uint64_t{1} << 24;
+// Testing: the smallest tensor that takes the one-pass encode (kTernGradOnePassMin by default,
+// UINT64_MAX for none), and, when lo and hi are not 0, a bracket forced to [lo c sigma, hi c sigma]
+// around the sample's guess instead of the guess's own. Not thread-safe: set it before encoding.
+void terngrad_one_pass_for_testing(uint64_t min_elements, double lo = 0.0, double hi = 0.0);
+
 Result<TernGradOptions> parse_terngrad_options(const Params& params);
 
 class TernGradCodec : public Codec {
@@ -41,6 +50,14 @@ class TernGradCodec : public Codec {
   Params params() const override;
   std::vector<std::string> stream_names(const TensorInfo&) const override { return {"trits", "scales"}; }
   uint64_t chunk_unit() const override { return unit_; }
+  // How the last encode of a whole tensor with a tensor scale went (for tests and benchmarks).
+  enum class Path {
+    kTwoPasses,  // the moments, then the trits
+    kOnePass,    // the trits with the moments, the pending ones settled after
+    kMissed,     // one pass, but the scale fell outside the bracket: the trits made again
+    kGaveUp,     // one pass, but too many elements were pending: the trits made again
+  };
+  Path last_path() const { return path_; }
   // A tensor scale streams: the moments are gathered by prepare(), in super-blocks of the summation
   // order, and the chunks are whole spans; the scale is the tensor-wide stream.
   uint64_t streaming_unit() const override { return o_.group_scale ? 0 : span_; }
@@ -96,6 +113,20 @@ class TernGradCodec : public Codec {
                       Scratch& w);
   // Parts for one call: a tensor scale's codec splits the tensor over its threads.
   unsigned parts(uint64_t count) const;
+  // Sets the shift K of g from the first finite element of elements [0, count) at src.
+  void find_shift(const TensorInfo& t, const void* src, uint64_t count, Gathered& g);
+
+  // The one-pass encode of a whole tensor with a tensor scale: a bracket [lo, hi] that the scale is
+  // expected to fall in, guessed from a sample (none where the scale may be max|x|, or the sample
+  // is too spread to guess well), then one pass that makes the moments and the trits under the
+  // bracket together, and settles the pending elements once the scale is known.
+  struct Bracket {
+    float lo, hi;
+  };
+  std::optional<Bracket> guess_bracket(const TensorInfo& t, const void* src, uint64_t count);
+  // The pass: sets `whole`, and returns kOnePass if the trits are done too.
+  Path encode_one_pass(const TensorInfo& t, const void* src, uint64_t count, unsigned parts, const Bracket& b,
+                       std::byte* trits, TensorScale& whole);
 
   TernGradOptions o_;
   uint64_t unit_;  // 0 (tensor scale) or lcm(group, trits per byte)
@@ -104,6 +135,12 @@ class TernGradCodec : public Codec {
   std::vector<Scratch> scratch_;  // one per part
   Gathered gathered_;             // prepare()'s moments, for a tensor encoded in chunks
   std::optional<TensorScale> streamed_;  // their scale, once the first chunk needed it
+  // The one-pass encode's pending elements: piece p's at pending_[p * room, ...), room per piece, and
+  // pending_count_[p] of them. Kept from one tensor to the next, so that their pages are touched once.
+  std::unique_ptr<TernGradPending[]> pending_;
+  uint64_t pending_size_ = 0;
+  std::vector<uint64_t> pending_count_;
+  Path path_ = Path::kTwoPasses;
 };
 
 }  // namespace detail

@@ -10,6 +10,7 @@
 #include "codecs/quant_uniforms.h"
 #include "codecs/span_inline.h"
 #include "codecs/terngrad_pack.h"
+#include "cpu_features.h"
 #include "gcz/detail/philox.h"
 #include "gcz/detail/terngrad_math.h"
 
@@ -93,6 +94,53 @@ GCZ_CPU_INLINE bool decode_span(const TernGradDecodeSpan& j) {
 }
 void encode_sse2(const TernGradEncodeSpan& j) { encode_span(j); }
 bool decode_sse2(const TernGradDecodeSpan& j) { return decode_span(j); }
+
+// The settling of pending elements under the scale s (terngrad_settle_pending): trit_drawn's
+// decisions, their fine bytes made for a batch at once.
+struct Settling {
+  float s, inv;
+  uint8_t* out;
+  // Adds trit t of pending element e into its packed byte.
+  GCZ_CPU_INLINE void add(uint32_t e, uint32_t t) const {
+    static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+    out[e / 5] = static_cast<uint8_t>(out[e / 5] + t * kPow3[e % 5]);
+  }
+  // Settles p's trit if its coarse byte decides it; else returns false.
+  GCZ_CPU_INLINE bool coarse(const TernGradPending& p) const {
+    const float y = finite_or_zero(p.x);
+    const int on = coarse_bernoulli(p.e >> 24, bernoulli_threshold(trit_p(y, s, inv)));
+    if (on < 0) return false;
+    add(p.e & 0xFFFFFFu, trit_code(on != 0, y));
+    return true;
+  }
+  // Settles p's trit with its fine byte f.
+  GCZ_CPU_INLINE void with_fine(const TernGradPending& p, uint32_t f) const {
+    const float y = finite_or_zero(p.x);
+    add(p.e & 0xFFFFFFu, trit_code(bernoulli_fine(p.e >> 24, f, bernoulli_threshold(trit_p(y, s, inv))), y));
+  }
+};
+
+// Settles p[0, n) in batches: `run` settles what it can of a batch's start by the coarse bytes,
+// noting in wait[] those that need a fine byte, and returns how many elements it took; the rest of
+// the batch goes one element at a time.
+template <typename Run>
+GCZ_CPU_INLINE void settle_pending(const TernGradPending* p, uint64_t n, float s, const FineDraws& fine, uint8_t* out,
+                                   const Run& run) {
+  constexpr uint64_t kBatch = 256;
+  const Settling z{s, s > 0.0f ? 1.0f / s : 0.0f, out};
+  uint64_t wait[kBatch], k[kBatch];
+  uint8_t f[kBatch];
+  for (uint64_t a = 0; a < n; a += kBatch) {
+    const uint64_t m = std::min(kBatch, n - a);
+    uint64_t waiting = 0;
+    for (uint64_t i = run(p + a, m, z, waiting, wait); i < m; ++i) {
+      if (!z.coarse(p[a + i])) wait[waiting++] = i;
+    }
+    for (uint64_t q = 0; q < waiting; ++q) k[q] = p[a + wait[q]].e & 0xFFFFFFu;
+    fine.gather(k, waiting, f);
+    for (uint64_t q = 0; q < waiting; ++q) z.with_fine(p[a + wait[q]], f[q]);
+  }
+}
 
 #if defined(__x86_64__)
 // One scale's constants for the trit loops, broadcast. The vector loops compute p times `pscale`:
@@ -376,6 +424,210 @@ __attribute__((target("avx2"))) void encode_avx2(const TernGradEncodeSpan& j) {
   settle_ties(j, ties);
 }
 __attribute__((target("avx2"))) bool decode_avx2(const TernGradDecodeSpan& j) { return decode_span(j); }
+
+// The one-pass loops (bracket_rounds_*) read each chunk from memory in its moments, which prefetch it
+// into L1 a little ahead (terngrad_moments.cpp). These loops prefetch into L2 much further ahead, but
+// only two cache lines of every eight: the L2 streamer fetches the others by itself, without taking
+// a fill buffer of the core's. On a 2-core Xeon, 1 GiB, the AVX-512 loop ran at 5.7 GB/s with every
+// line prefetched (as the two-pass loops do), 6.0-6.1 with two of every four or of every eight and
+// 4.7-4.9 with two of a page's 64; the AVX2 loop at 4.7-4.9 with every line, 5.4-5.7 with two of eight.
+GCZ_AVX2_INLINE void prefetch_some_ahead(const float* x) {
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(x + avx2::kPrefetchAhead);
+  if (ahead % 512 < 128) avx2::prefetch_ahead<avx2::kPrefetchAhead, _MM_HINT_T1, 2>(x);
+}
+
+// The weighted trits of the 32 elements whose bits are xi (step k of a round) under a scale in the
+// bracket whose constants are lo (s_lo: the larger threshold bytes) and hi, in element order:
+// nonzero where u < d(s_hi); `pending` notes the elements with d(s_hi) <= u <= d(s_lo), in the packs'
+// order (note_ties).
+template <bool kFinite>
+GCZ_AVX2_INLINE __m256i bracket_weighted32(const __m256i* xi, const uint8_t* u, const TritScale& lo,
+                                           const TritScale& hi, int k, uint32_t& pending) {
+  __m256i fin[4], big[4], small[4];
+  for (int q = 0; q < 4; ++q) {
+    const __m256 p_lo = p8_avx2<kFinite>(xi[q], lo, fin[q]), p_hi = p8_avx2<kFinite>(xi[q], hi, fin[q]);
+    big[q] = _mm256_and_si256(_mm256_cvttps_epi32(p_lo), fin[q]);
+    small[q] = _mm256_and_si256(_mm256_cvttps_epi32(p_hi), fin[q]);
+  }
+  const __m256i d_big = avx2::pack_interleaved(big[0], big[1], big[2], big[3]);
+  const __m256i d_small = avx2::pack_interleaved(small[0], small[1], small[2], small[3]);
+  const __m256i draws = avx2::in_pack_order(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i not_below = _mm256_cmpeq_epi8(_mm256_subs_epu8(d_small, draws), zero);  // u >= d(s_hi)
+  const __m256i not_above = _mm256_cmpeq_epi8(_mm256_subs_epu8(draws, d_big), zero);    // u <= d(s_lo)
+  pending = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_and_si256(not_below, not_above)));
+  const __m256i w = _mm256_blendv_epi8(load256(kBase3Weights.w[0][k]), load256(kBase3Weights.w[1][k]), signs32(xi));
+  return avx2::in_element_order(_mm256_andnot_si256(not_below, w));
+}
+
+// The whole rounds of 160 elements of the span, packed; returns the pairs noted and, in `done`, where
+// the rounds end.
+template <bool kFinite>
+GCZ_AVX2_INLINE uint64_t bracket_rounds_avx2(const TernGradBracketSpan& span, uint64_t& done) {
+  const TernGradBracketSpan j = span;  // a copy: the byte stores cannot alias its fields
+  const TritScale lo = trit_scale<true>(j.s_lo), hi = trit_scale<true>(j.s_hi);
+  uint64_t i = 0, notes = 0;
+  for (; i + 160 <= j.len; i += 160) {
+    __m256i w[5];
+#pragma GCC unroll 5
+    for (int k = 0; k < 5; ++k) {
+      __m256i xi[4];
+      uint32_t mask;
+      prefetch_some_ahead(j.x + i + 32 * k);
+      avx2::load32(j.x + i + 32 * k, xi);
+      w[k] = bracket_weighted32<kFinite>(xi, j.u + i + 32 * k, lo, hi, k, mask);
+      note_ties(mask, i + 32 * k, j.ties, notes);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
+  }
+  done = i;
+  return notes;
+}
+
+__attribute__((target("avx2"))) bool bracket_scale_avx2(float s) { return trit_scale<true>(s).vector; }
+
+// GCC 12 starts some AVX-512 intrinsics' results from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized then reports wherever they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The bracket's round loop in AVX-512F: sixteen elements to a register, and the decisions taken in
+// float32 against the coarse byte c, with no threshold bytes to narrow: floor(q) > c is q >= c + 1
+// and floor(q) < c is q < c, for q = p * 2^8 (the AVX2 loops' product) and an integer c. Nonzero
+// where c + 1 <= q(s_hi), zero where q(s_lo) < c, pending between: the same elements as the AVX2
+// loop's (whose saturation of q = 256 to 255 only makes c = 255 pending there, and the rule p = 1 at
+// the clip nonzero for every c in the final settling). A non-finite x has q = 0. The weights come
+// as 32-bit lanes, narrowed to the bytes base3_round sums.
+struct Base3Weights32 {
+  alignas(64) int32_t w[2][5][32];  // [minus][step][element of the step]: (1 or 2) 3^(e mod 5)
+  constexpr Base3Weights32() : w{} {
+    constexpr int32_t kPow3[5] = {1, 3, 9, 27, 81};
+    for (int k = 0; k < 5; ++k) {
+      for (int j = 0; j < 32; ++j) {
+        w[0][k][j] = kPow3[(32 * k + j) % 5];
+        w[1][k][j] = 2 * kPow3[(32 * k + j) % 5];
+      }
+    }
+  }
+};
+inline constexpr Base3Weights32 kBase3Weights32;
+
+struct BracketScales512 {
+  __m512 s_lo, s_hi, q_lo, q_hi;  // the scales and their 2^8 / s (TritScale's pscale)
+};
+
+// The weighted trits of the sixteen elements at x (half h of step k of a round) in bytes, and their
+// pending elements as a bit each.
+template <bool kFinite>
+GCZ_AVX512_INLINE __m128i bracket_weighted16(const float* x, const uint8_t* u, const BracketScales512& b, int k, int h,
+                                             uint32_t& pending) {
+  const __m512i xi = _mm512_loadu_si512(x);
+  const __m512i abs = _mm512_and_si512(xi, _mm512_set1_epi32(0x7FFFFFFF));
+  __m512 q_lo = _mm512_mul_ps(_mm512_min_ps(_mm512_castsi512_ps(abs), b.s_lo), b.q_lo);
+  __m512 q_hi = _mm512_mul_ps(_mm512_min_ps(_mm512_castsi512_ps(abs), b.s_hi), b.q_hi);
+  if constexpr (!kFinite) {
+    const __mmask16 finite = _mm512_cmplt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
+    q_lo = _mm512_maskz_mov_ps(finite, q_lo);
+    q_hi = _mm512_maskz_mov_ps(finite, q_hi);
+  }
+  const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u))));
+  const __mmask16 on = _mm512_cmp_ps_mask(_mm512_add_ps(c, _mm512_set1_ps(1.0f)), q_hi, _CMP_LE_OQ);
+  const __mmask16 zero = _mm512_cmp_ps_mask(q_lo, c, _CMP_LT_OQ);
+  pending = static_cast<uint16_t>(~(on | zero));
+  const __mmask16 minus = _mm512_cmplt_epi32_mask(xi, _mm512_setzero_si512());
+  const int32_t* w = kBase3Weights32.w[0][k] + 16 * h;
+  const __m512i weight = _mm512_mask_blend_epi32(minus, _mm512_load_si512(w), _mm512_load_si512(w + 5 * 32));
+  return _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(on, weight));
+}
+
+// bracket_rounds_avx2 in AVX-512F; the notes' masks are in element order (bit b: element b of the step).
+template <bool kFinite>
+GCZ_AVX512_INLINE uint64_t bracket_rounds_avx512(const TernGradBracketSpan& span, uint64_t& done) {
+  const TernGradBracketSpan j = span;  // a copy: the byte stores cannot alias its fields
+  const TritScale lo = trit_scale<true>(j.s_lo), hi = trit_scale<true>(j.s_hi);
+  const BracketScales512 b{_mm512_set1_ps(j.s_lo), _mm512_set1_ps(j.s_hi), _mm512_set1_ps(_mm256_cvtss_f32(lo.pscale)),
+                           _mm512_set1_ps(_mm256_cvtss_f32(hi.pscale))};
+  uint64_t i = 0, notes = 0;
+  for (; i + 160 <= j.len; i += 160) {
+    __m256i w[5];
+#pragma GCC unroll 5
+    for (int k = 0; k < 5; ++k) {
+      const uint64_t at = i + 32 * k;
+      prefetch_some_ahead(j.x + at);
+      uint32_t p0, p1;
+      const __m128i w0 = bracket_weighted16<kFinite>(j.x + at, j.u + at, b, k, 0, p0);
+      const __m128i w1 = bracket_weighted16<kFinite>(j.x + at + 16, j.u + at + 16, b, k, 1, p1);
+      w[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(w0), w1, 1);
+      note_ties(p0 | (p1 << 16), at, j.ties, notes);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
+  }
+  done = i;
+  return notes;
+}
+
+GCZ_AVX512 uint64_t bracket_rounds512(const TernGradBracketSpan& j, uint64_t& done) {
+  return j.finite ? bracket_rounds_avx512<true>(j, done) : bracket_rounds_avx512<false>(j, done);
+}
+#pragma GCC diagnostic pop
+
+__attribute__((target("avx2"))) void bracket_span_avx2(const TernGradBracketSpan& j, TernGradPending* pending,
+                                                       uint64_t& count) {
+  uint64_t done;
+  const bool avx512 = cpu_has_avx512();  // its masks in element order; AVX2's in the packs' order
+  const uint64_t notes = avx512     ? bracket_rounds512(j, done)
+                         : j.finite ? bracket_rounds_avx2<true>(j, done)
+                                    : bracket_rounds_avx2<false>(j, done);
+  auto keep = [&](uint64_t e) {
+    pending[count++] = {static_cast<uint32_t>(j.at + e) | (uint32_t{j.u[e]} << 24), j.x[e]};
+  };
+  for (uint64_t p = 0; p < notes; ++p) {
+    for (uint32_t mask = j.ties[2 * p + 1]; mask != 0; mask &= mask - 1) {
+      const unsigned bit = static_cast<unsigned>(__builtin_ctz(mask));
+      keep(j.ties[2 * p] + (avx512 ? bit : tie_element(bit)));
+    }
+  }
+  // The last (len mod 160) elements, at the end of the tensor: all pending.
+  std::memset(j.out + done / 5, 0, (j.len - done + 4) / 5);
+  for (uint64_t e = done; e < j.len; ++e) keep(e);
+}
+
+// Settles eight pending elements at a time by their coarse bytes, without a branch per element:
+// Settling::coarse lane by lane (trit_p, bernoulli_threshold, coarse_bernoulli), every lane's trit
+// added (a waiting lane's as 0) and the waiting ones noted.
+// Returns how many of b[0, m) it took (whole eights).
+__attribute__((target("avx2"))) uint64_t settle_coarse_avx2(const TernGradPending* b, uint64_t m, const Settling& z,
+                                                            uint64_t& waiting, uint64_t* wait) {
+  const __m256 vs = _mm256_set1_ps(z.s), inv = _mm256_set1_ps(z.inv);
+  const __m256 at_clip = _mm256_set1_ps(z.s > 0.0f ? 1.0f : 0.0f);
+  // The shuffles below leave the eight records in the lanes' order 0 1 4 5 2 3 6 7: lane l holds kRecord[l].
+  static constexpr uint8_t kRecord[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+  uint64_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    const __m256 lo = _mm256_loadu_ps(reinterpret_cast<const float*>(b + i));
+    const __m256 hi = _mm256_loadu_ps(reinterpret_cast<const float*>(b + i + 4));
+    const __m256i e = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m256i xi = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m256i abs = _mm256_and_si256(xi, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), abs);
+    const __m256 y = _mm256_castsi256_ps(_mm256_and_si256(xi, finite));  // finite_or_zero
+    const __m256 a = _mm256_min_ps(_mm256_castsi256_ps(_mm256_and_si256(abs, finite)), vs);
+    const __m256 below = _mm256_cmp_ps(a, vs, _CMP_LT_OQ);
+    const __m256 pr = _mm256_blendv_ps(at_clip, _mm256_mul_ps(a, inv), below);  // trit_p
+    const __m256i t = _mm256_srli_epi32(_mm256_cvttps_epi32(_mm256_mul_ps(pr, _mm256_set1_ps(131072.0f))), 9);
+    const __m256i u = _mm256_srli_epi32(e, 24);
+    const __m256i on = _mm256_cmpgt_epi32(t, u), tie = _mm256_cmpeq_epi32(t, u);
+    const __m256i negative = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_LT_OQ));
+    const __m256i code = _mm256_and_si256(on, _mm256_sub_epi32(_mm256_set1_epi32(1), negative));  // trit_code
+    alignas(32) uint32_t ev[8], cv[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ev), _mm256_and_si256(e, _mm256_set1_epi32(0xFFFFFF)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(cv), code);
+    for (int l = 0; l < 8; ++l) z.add(ev[l], cv[l]);
+    for (int ties = _mm256_movemask_ps(_mm256_castsi256_ps(tie)); ties != 0; ties &= ties - 1) {
+      wait[waiting++] = i + kRecord[__builtin_ctz(static_cast<unsigned>(ties))];
+    }
+  }
+  return i;
+}
 #endif
 
 }  // namespace
@@ -385,6 +637,36 @@ void terngrad_encode_span(const TernGradEncodeSpan& job) {
   if (cpu_has_avx2()) return encode_avx2(job);
 #endif
   encode_sse2(job);
+}
+
+bool terngrad_bracket_supported(float s_lo) {
+#if defined(__x86_64__)
+  return cpu_has_avx2() && s_lo > 0.0f && bracket_scale_avx2(s_lo);
+#else
+  (void)s_lo;
+  return false;
+#endif
+}
+
+void terngrad_bracket_span(const TernGradBracketSpan& job, TernGradPending* pending, uint64_t& count) {
+#if defined(__x86_64__)
+  bracket_span_avx2(job, pending, count);
+#else
+  (void)job;
+  (void)pending;
+  (void)count;
+#endif
+}
+
+void terngrad_settle_pending(const TernGradPending* p, uint64_t n, float s, const FineDraws& fine, uint8_t* out) {
+  const bool avx2 = cpu_has_avx2();
+  settle_pending(p, n, s, fine, out,
+                 [&](const TernGradPending* b, uint64_t m, const Settling& z, uint64_t& waiting, uint64_t* wait) {
+#if defined(__x86_64__)
+                   if (avx2) return settle_coarse_avx2(b, m, z, waiting, wait);
+#endif
+                   return uint64_t{0};
+                 });
 }
 
 bool terngrad_decode_span(const TernGradDecodeSpan& job) {
