@@ -559,11 +559,11 @@ TEST(TernGrad, MomentsAreBitExactAcrossInstructionSets) {
   }
 }
 
-// The tests above compare the AVX-512F loops (the moments; the one-pass encode's trits) with the
-// others only where the CPU has AVX-512F; this one says when it does not.
+// The tests above compare the AVX-512F moments with the AVX2 and SSE2 ones only where the CPU has
+// AVX-512F; this one says when it does not.
 TEST(TernGrad, Avx512LoopsRanHere) {
   if (!detail::cpu_has_avx512()) {
-    GTEST_SKIP() << "this CPU lacks AVX-512F: its TernGrad loops were not compared with the AVX2 and SSE2 ones";
+    GTEST_SKIP() << "this CPU lacks AVX-512F: TernGrad's AVX-512 moments were not compared with the AVX2 and SSE2 ones";
   }
   SUCCEED();
 }

@@ -79,7 +79,7 @@ TEST(TernGradOnePass, WritesTheTwoPassBytesAtEveryThreadCount) {
   for (std::size_t d = 0; d < sets.size(); ++d) {
     const Encoded want = encode("terngrad", f32(kN), sets[d].data(), 1, kNever);
     EXPECT_EQ(want.path, Path::kTwoPasses);
-    // The trit loop in AVX-512F where the CPU has it (TernGrad.Avx512LoopsRanHere says if not), and in AVX2.
+    // The moments in AVX-512F where the CPU has it (TernGrad.Avx512LoopsRanHere says if not), and in AVX2.
     for (bool avx512 : {true, false}) {
       detail::allow_avx512_for_testing(avx512);
       for (unsigned threads : {1u, 2u, 3u}) {

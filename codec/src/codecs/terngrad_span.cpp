@@ -425,12 +425,11 @@ __attribute__((target("avx2"))) void encode_avx2(const TernGradEncodeSpan& j) {
 }
 __attribute__((target("avx2"))) bool decode_avx2(const TernGradDecodeSpan& j) { return decode_span(j); }
 
-// The one-pass loops (bracket_rounds_*) read each chunk from memory in its moments, which prefetch it
-// into L1 a little ahead (terngrad_moments.cpp). These loops prefetch into L2 much further ahead, but
-// only two cache lines of every eight: the L2 streamer fetches the others by itself, without taking
-// a fill buffer of the core's. On a 2-core Xeon, 1 GiB, the AVX-512 loop ran at 5.7 GB/s with every
-// line prefetched (as the two-pass loops do), 6.0-6.1 with two of every four or of every eight and
-// 4.7-4.9 with two of a page's 64; the AVX2 loop at 4.7-4.9 with every line, 5.4-5.7 with two of eight.
+// The one-pass encode reads each chunk from memory in its moments, which prefetch it into L1 a little
+// ahead (terngrad_moments.cpp). Its trit loop prefetches into L2 much further ahead, but only two
+// cache lines of every eight: the L2 streamer fetches the others by itself. On a 2-core Xeon, 1 GiB,
+// the encode ran at 5.7 GB/s with every line prefetched (as the two-pass loops do), 6.0-6.1 with two
+// of every four or of every eight, 4.7-4.9 with two of a page's 64.
 GCZ_AVX2_INLINE void prefetch_some_ahead(const float* x) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(x + avx2::kPrefetchAhead);
   if (ahead % 512 < 128) avx2::prefetch_ahead<avx2::kPrefetchAhead, _MM_HINT_T1, 2>(x);
@@ -486,104 +485,16 @@ GCZ_AVX2_INLINE uint64_t bracket_rounds_avx2(const TernGradBracketSpan& span, ui
 
 __attribute__((target("avx2"))) bool bracket_scale_avx2(float s) { return trit_scale<true>(s).vector; }
 
-// GCC 12 starts some AVX-512 intrinsics' results from _mm512_undefined_*(), which
-// -Wmaybe-uninitialized then reports wherever they are inlined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// The bracket's round loop in AVX-512F: sixteen elements to a register, and the decisions taken in
-// float32 against the coarse byte c, with no threshold bytes to narrow: floor(q) > c is q >= c + 1
-// and floor(q) < c is q < c, for q = p * 2^8 (the AVX2 loops' product) and an integer c. Nonzero
-// where c + 1 <= q(s_hi), zero where q(s_lo) < c, pending between: the same elements as the AVX2
-// loop's (whose saturation of q = 256 to 255 only makes c = 255 pending there, and the rule p = 1 at
-// the clip nonzero for every c in the final settling). A non-finite x has q = 0. The weights come
-// as 32-bit lanes, narrowed to the bytes base3_round sums.
-struct Base3Weights32 {
-  alignas(64) int32_t w[2][5][32];  // [minus][step][element of the step]: (1 or 2) 3^(e mod 5)
-  constexpr Base3Weights32() : w{} {
-    constexpr int32_t kPow3[5] = {1, 3, 9, 27, 81};
-    for (int k = 0; k < 5; ++k) {
-      for (int j = 0; j < 32; ++j) {
-        w[0][k][j] = kPow3[(32 * k + j) % 5];
-        w[1][k][j] = 2 * kPow3[(32 * k + j) % 5];
-      }
-    }
-  }
-};
-inline constexpr Base3Weights32 kBase3Weights32;
-
-struct BracketScales512 {
-  __m512 s_lo, s_hi, q_lo, q_hi;  // the scales and their 2^8 / s (TritScale's pscale)
-};
-
-// The weighted trits of the sixteen elements at x (half h of step k of a round) in bytes, and their
-// pending elements as a bit each.
-template <bool kFinite>
-GCZ_AVX512_INLINE __m128i bracket_weighted16(const float* x, const uint8_t* u, const BracketScales512& b, int k, int h,
-                                             uint32_t& pending) {
-  const __m512i xi = _mm512_loadu_si512(x);
-  const __m512i abs = _mm512_and_si512(xi, _mm512_set1_epi32(0x7FFFFFFF));
-  __m512 q_lo = _mm512_mul_ps(_mm512_min_ps(_mm512_castsi512_ps(abs), b.s_lo), b.q_lo);
-  __m512 q_hi = _mm512_mul_ps(_mm512_min_ps(_mm512_castsi512_ps(abs), b.s_hi), b.q_hi);
-  if constexpr (!kFinite) {
-    const __mmask16 finite = _mm512_cmplt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
-    q_lo = _mm512_maskz_mov_ps(finite, q_lo);
-    q_hi = _mm512_maskz_mov_ps(finite, q_hi);
-  }
-  const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u))));
-  const __mmask16 on = _mm512_cmp_ps_mask(_mm512_add_ps(c, _mm512_set1_ps(1.0f)), q_hi, _CMP_LE_OQ);
-  const __mmask16 zero = _mm512_cmp_ps_mask(q_lo, c, _CMP_LT_OQ);
-  pending = static_cast<uint16_t>(~(on | zero));
-  const __mmask16 minus = _mm512_cmplt_epi32_mask(xi, _mm512_setzero_si512());
-  const int32_t* w = kBase3Weights32.w[0][k] + 16 * h;
-  const __m512i weight = _mm512_mask_blend_epi32(minus, _mm512_load_si512(w), _mm512_load_si512(w + 5 * 32));
-  return _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(on, weight));
-}
-
-// bracket_rounds_avx2 in AVX-512F; the notes' masks are in element order (bit b: element b of the step).
-template <bool kFinite>
-GCZ_AVX512_INLINE uint64_t bracket_rounds_avx512(const TernGradBracketSpan& span, uint64_t& done) {
-  const TernGradBracketSpan j = span;  // a copy: the byte stores cannot alias its fields
-  const TritScale lo = trit_scale<true>(j.s_lo), hi = trit_scale<true>(j.s_hi);
-  const BracketScales512 b{_mm512_set1_ps(j.s_lo), _mm512_set1_ps(j.s_hi), _mm512_set1_ps(_mm256_cvtss_f32(lo.pscale)),
-                           _mm512_set1_ps(_mm256_cvtss_f32(hi.pscale))};
-  uint64_t i = 0, notes = 0;
-  for (; i + 160 <= j.len; i += 160) {
-    __m256i w[5];
-#pragma GCC unroll 5
-    for (int k = 0; k < 5; ++k) {
-      const uint64_t at = i + 32 * k;
-      prefetch_some_ahead(j.x + at);
-      uint32_t p0, p1;
-      const __m128i w0 = bracket_weighted16<kFinite>(j.x + at, j.u + at, b, k, 0, p0);
-      const __m128i w1 = bracket_weighted16<kFinite>(j.x + at + 16, j.u + at + 16, b, k, 1, p1);
-      w[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(w0), w1, 1);
-      note_ties(p0 | (p1 << 16), at, j.ties, notes);
-    }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
-  }
-  done = i;
-  return notes;
-}
-
-GCZ_AVX512 uint64_t bracket_rounds512(const TernGradBracketSpan& j, uint64_t& done) {
-  return j.finite ? bracket_rounds_avx512<true>(j, done) : bracket_rounds_avx512<false>(j, done);
-}
-#pragma GCC diagnostic pop
-
 __attribute__((target("avx2"))) void bracket_span_avx2(const TernGradBracketSpan& j, TernGradPending* pending,
                                                        uint64_t& count) {
   uint64_t done;
-  const bool avx512 = cpu_has_avx512();  // its masks in element order; AVX2's in the packs' order
-  const uint64_t notes = avx512     ? bracket_rounds512(j, done)
-                         : j.finite ? bracket_rounds_avx2<true>(j, done)
-                                    : bracket_rounds_avx2<false>(j, done);
+  const uint64_t notes = j.finite ? bracket_rounds_avx2<true>(j, done) : bracket_rounds_avx2<false>(j, done);
   auto keep = [&](uint64_t e) {
     pending[count++] = {static_cast<uint32_t>(j.at + e) | (uint32_t{j.u[e]} << 24), j.x[e]};
   };
   for (uint64_t p = 0; p < notes; ++p) {
     for (uint32_t mask = j.ties[2 * p + 1]; mask != 0; mask &= mask - 1) {
-      const unsigned bit = static_cast<unsigned>(__builtin_ctz(mask));
-      keep(j.ties[2 * p] + (avx512 ? bit : tie_element(bit)));
+      keep(j.ties[2 * p] + tie_element(static_cast<unsigned>(__builtin_ctz(mask))));
     }
   }
   // The last (len mod 160) elements, at the end of the tensor: all pending.
