@@ -13,8 +13,8 @@ namespace gcz::detail {
 bool cpu_has_avx2();
 // Tests turn the AVX2 paths off to check that the portable paths give the same results.
 void allow_avx2_for_testing(bool allowed);
-// Whether the AVX-512 code paths run (the bulk Philox draws): the AVX2 paths run and the CPU has
-// AVX-512F, and tests have not turned them off.
+// Whether the AVX-512 code paths run (the bulk Philox draws, TernGrad's moments): the AVX2 paths run
+// and the CPU has AVX-512F, and tests have not turned them off.
 bool cpu_has_avx512();
 // Tests turn the AVX-512 paths off to check that the AVX2 paths give the same results.
 void allow_avx512_for_testing(bool allowed);

@@ -533,7 +533,7 @@ TEST(TernGrad, MomentsAreBitExactAcrossInstructionSets) {
                                                                            {nan.data(), 5000},
                                                                            {spread.data(), 5000},
                                                                            {spread.data(), 999}}) {
-    // SSE2, AVX2, and AVX-512F where the CPU has it (TernGrad.Avx512LoopsRanHere says if not).
+    // SSE2, AVX2, and AVX-512F where the CPU has it (TernGrad.Avx512MomentsAtEveryLength says if not).
     detail::TernGradMoments m[3];
     std::vector<float> scales[3];
     for (int set = 0; set < 3; ++set) {
@@ -559,13 +559,35 @@ TEST(TernGrad, MomentsAreBitExactAcrossInstructionSets) {
   }
 }
 
-// The tests above compare the AVX-512F moments with the AVX2 and SSE2 ones only where the CPU has
-// AVX-512F; this one says when it does not.
-TEST(TernGrad, Avx512LoopsRanHere) {
+// The AVX-512F moments at every length of one to three blocks (whole registers of sixteen, a last
+// eight, the scalar tail), with values over 40 binary orders of magnitude and a non-finite value in
+// some blocks: the same bits as the AVX2 loop's. (The test above takes them too, where the CPU has
+// AVX-512F.)
+TEST(TernGrad, Avx512MomentsAtEveryLength) {
   if (!detail::cpu_has_avx512()) {
-    GTEST_SKIP() << "this CPU lacks AVX-512F: TernGrad's AVX-512 moments were not compared with the AVX2 and SSE2 ones";
+    GTEST_SKIP() << "this CPU lacks AVX-512F: TernGrad's AVX-512 moments were not compared with the AVX2 ones";
   }
-  SUCCEED();
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<float> x(768);
+  for (float& v : x) v = std::ldexp(unit(rng), exponent(rng));
+  std::vector<float> with_inf = x;
+  with_inf[300] = std::numeric_limits<float>::infinity();
+  for (const std::vector<float>* data : {&x, &with_inf}) {
+    for (uint64_t n = 1; n <= data->size(); ++n) {
+      detail::TernGradMoments m[2];
+      for (int avx512 = 0; avx512 < 2; ++avx512) {
+        detail::allow_avx512_for_testing(avx512 == 1);
+        detail::terngrad_add_moments(data->data(), n, m[avx512]);
+      }
+      detail::allow_avx512_for_testing(true);
+      ASSERT_EQ(m[0].s1.total(), m[1].s1.total()) << n;
+      ASSERT_EQ(m[0].s2.total(), m[1].s2.total()) << n;
+      ASSERT_EQ(m[0].finite, m[1].finite) << n;
+      ASSERT_EQ(m[0].max_bits, m[1].max_bits) << n;
+    }
+  }
 }
 
 // The largest group on a small tensor: one scale, scratch sized by the data.

@@ -1,8 +1,9 @@
 // TernGrad on the CPU: parameters, stream sizes and the chunk loop. With a tensor scale the codec takes
 // the whole tensor (chunk_unit 0) and makes two passes in spans of ~64K elements, handed out to the
-// codec's threads a piece at a time: the moments (max|x|, sigma), then the trits. With a group scale a
-// span holds whole groups: their scales (in cache), then the span's coarse draw bytes from Philox and
-// the loops of terngrad_span.cpp (trits, packing, the rare fine draws).
+// codec's threads a piece at a time: the moments (max|x|, sigma), then the trits; or, for a large
+// tensor encoded whole, one pass that makes both (encode_one_pass). With a group scale a span holds
+// whole groups: their scales (in cache), then the span's coarse draw bytes from Philox and the loops
+// of terngrad_span.cpp (trits, packing, the rare fine draws).
 #include "codecs/terngrad.h"
 
 #include <algorithm>
@@ -52,8 +53,9 @@ constexpr uint64_t kPendingShare = 16;
 constexpr uint64_t kSampleBlock = 16, kSampleEvery = 2048, kSampleMin = 2048, kSampleMax = 16384;
 constexpr uint64_t kSampleAhead = 32;
 // Its half-width, relative to the guessed c sigma: kWidthErrors standard errors of the sample's
-// sigma, at least kMinWidth; a sample that would need more than kMaxWidth guesses nothing.
-constexpr double kWidthErrors = 3.0, kMinWidth = 0.004, kMaxWidth = 0.08;
+// sigma, at least kMinWidth. A bracket that would leave more than kMaxPending of the elements
+// pending (as the sample predicts) is not guessed at all.
+constexpr double kWidthErrors = 3.0, kMinWidth = 0.004, kMaxPending = 0.025;
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
@@ -196,8 +198,13 @@ std::optional<TernGradCodec::Bracket> TernGradCodec::guess_bracket(const TensorI
   double k0 = 0.0, total_n = 0.0, total_c1 = 0.0, total_c2 = 0.0;
   bool has_k0 = false;
   float max_abs = 0.0f;
+  std::vector<float> sampled;  // |x| of the finite elements
+  sampled.reserve(blocks * kSampleBlock);
   const std::size_t esize = dtype_size(t.dtype);
-  auto block_at = [&](uint64_t b) { return b * (count - kSampleBlock) / (blocks - 1) / kSampleBlock * kSampleBlock; };
+  // Block b at floor(b (count - kSampleBlock) / (blocks - 1)), rounded down to a cache line's worth,
+  // computed without the product, which could overflow.
+  const uint64_t step = (count - kSampleBlock) / (blocks - 1), rest = (count - kSampleBlock) % (blocks - 1);
+  auto block_at = [&](uint64_t b) { return (b * step + b * rest / (blocks - 1)) / kSampleBlock * kSampleBlock; };
   for (uint64_t b = 0; b < blocks; ++b) {
     // The blocks lie far apart: each is a cache miss (and often a TLB miss), so they are fetched
     // kSampleAhead blocks ahead, to wait for many at once.
@@ -216,7 +223,8 @@ std::optional<TernGradCodec::Bracket> TernGradCodec::guess_bracket(const TensorI
       c1[b] += d;
       c2[b] += d * d;
       n[b] += 1.0;
-      max_abs = std::max(max_abs, std::fabs(x[i]));
+      sampled.push_back(std::fabs(x[i]));
+      max_abs = std::max(max_abs, sampled.back());
     }
     total_n += n[b];
     total_c1 += c1[b];
@@ -236,11 +244,22 @@ std::optional<TernGradCodec::Bracket> TernGradCodec::guess_bracket(const TensorI
   }
   const double error = 0.5 * std::sqrt(spread / (used - 1.0) / used) / var;
   const double width = std::max(kMinWidth, kWidthErrors * error);
-  if (!(width <= kMaxWidth) && g_one_pass.lo == 0.0) return std::nullopt;
   const double centre = o_.clip * std::sqrt(var);
-  Bracket b{static_cast<float>(centre * (1.0 - width)), static_cast<float>(centre * (1.0 + width))};
-  if (g_one_pass.lo != 0.0)
-    b = {static_cast<float>(centre * g_one_pass.lo), static_cast<float>(centre * g_one_pass.hi)};
+  double lo = 1.0 - width, hi = 1.0 + width;
+  if (g_one_pass.lo != 0.0) {
+    lo = g_one_pass.lo;
+    hi = g_one_pass.hi;
+  } else {
+    // The share of elements the bracket would leave pending: an element of p = min(|x|, s) / s is
+    // pending for about 256 p (1 / lo - 1 / hi) + 1 of the 256 coarse draw bytes. Too many, and the
+    // one pass would cost about what it saves.
+    double p = 0.0;
+    for (float a : sampled) p += std::min(static_cast<double>(a), centre) / centre;
+    p /= static_cast<double>(sampled.size());
+    if (!(p * (1.0 / lo - 1.0 / hi) + 1.0 / 256.0 <= kMaxPending)) return std::nullopt;
+  }
+  if (!(centre * hi < 3.4e38)) return std::nullopt;  // the bracket in float32, finite
+  const Bracket b{static_cast<float>(centre * lo), static_cast<float>(centre * hi)};
   // The scale is min(max|x|, c sigma): with an element above the bracket it is c sigma (if in it).
   if (!(max_abs > b.hi) || !terngrad_bracket_supported(b.lo)) return std::nullopt;
   return b;

@@ -1,7 +1,7 @@
 // TernGrad's moments: the count, max|x| and shifted sums behind a range's scale, and the scales of
 // groups. Every helper is force-inlined into the entry points, which exist once for SSE2 and once for
-// AVX2, so each loop is compiled, and vectorized, per instruction set. (The trit loops are in
-// terngrad_span.cpp.)
+// AVX2 (and a range's moments once more for AVX-512F), so each loop is compiled, and vectorized, per
+// instruction set. (The trit loops are in terngrad_span.cpp.)
 #include <algorithm>
 #include <cstring>
 
@@ -200,8 +200,9 @@ __attribute__((target("avx2,fma"))) void moments_avx2(const float* x, uint64_t n
   }
 }
 
-// GCC 12 starts some AVX-512 intrinsics' results from _mm512_undefined_*(), which
-// -Wmaybe-uninitialized then reports wherever they are inlined.
+// GCC 12 starts the results of some AVX-512 intrinsics (_mm512_cvtps_pd, _mm512_max_epi32) from
+// _mm512_undefined_*() and then reports them under -Wmaybe-uninitialized wherever they are inlined;
+// every register below is written before it is read.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // The same moments with AVX-512F: the eight lanes of a block's sums in one register of eight doubles
@@ -225,9 +226,8 @@ GCZ_AVX512_INLINE void one_block_avx512(const float* x, uint64_t n, double shift
     s2 = _mm512_add_pd(s2, _mm512_mul_pd(d1, d1));
   }
   if (i + 8 <= n) {
-    mx = _mm512_max_epi32(
-        mx, _mm512_castsi256_si512(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)),
-                                                    _mm256_set1_epi32(0x7FFFFFFF))));
+    // The upper eight lanes loaded as zeros, which do not change the max.
+    mx = _mm512_max_epi32(mx, _mm512_and_si512(_mm512_maskz_loadu_epi32(0x00FF, x + i), _mm512_set1_epi32(0x7FFFFFFF)));
     const __m512d d = _mm512_fmsub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), one, k);
     s1 = _mm512_add_pd(s1, d);
     s2 = _mm512_add_pd(s2, _mm512_mul_pd(d, d));

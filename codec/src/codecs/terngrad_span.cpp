@@ -428,8 +428,9 @@ __attribute__((target("avx2"))) bool decode_avx2(const TernGradDecodeSpan& j) { 
 // The one-pass encode reads each chunk from memory in its moments, which prefetch it into L1 a little
 // ahead (terngrad_moments.cpp). Its trit loop prefetches into L2 much further ahead, but only two
 // cache lines of every eight: the L2 streamer fetches the others by itself. On a 2-core Xeon, 1 GiB,
-// the encode ran at 5.7 GB/s with every line prefetched (as the two-pass loops do), 6.0-6.1 with two
-// of every four or of every eight, 4.7-4.9 with two of a page's 64.
+// the encode ran at 5.0-5.1 GB/s with every line prefetched (as the two-pass loops do) and 5.7-6.2
+// with two of every eight (with the trits in AVX-512, since left out, two of every four did as well
+// as two of eight, and two of a page's 64 worse than every line).
 GCZ_AVX2_INLINE void prefetch_some_ahead(const float* x) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(x + avx2::kPrefetchAhead);
   if (ahead % 512 < 128) avx2::prefetch_ahead<avx2::kPrefetchAhead, _MM_HINT_T1, 2>(x);

@@ -1,8 +1,8 @@
 // The CPU loops of TernGrad: the moments behind the scale (count, max|x|, shifted sums for sigma;
 // terngrad_moments.cpp), the trits of one span and their packing, and the way back (terngrad_span.cpp).
-// Compiled for SSE2 and AVX2 with the choice made at run time; both give the same bytes (the same float
-// operations in the same order; the one fused multiply-add, x * 1 - K, rounds once like the subtraction
-// it stands for).
+// Compiled for SSE2 and AVX2 (the moments also for AVX-512F) with the choice made at run time; all give
+// the same bytes (the same float operations in the same order; the one fused multiply-add, x * 1 - K,
+// rounds once like the subtraction it stands for).
 //
 //   TernGradMoments m;
 //   terngrad_add_moments(x, n, m);                  // any number of times, whole 256-blocks but the last
@@ -63,7 +63,7 @@ void terngrad_encode_span(const TernGradEncodeSpan& job);
 
 // The one-pass encode of a tensor scale (terngrad.cpp) makes a span's trits before the scale s is
 // known, from a bracket [s_lo, s_hi] that s is expected to fall in. A larger scale never makes a
-// trit more likely to be nonzero (the threshold byte d of the vector loops falls as s rises), so an
+// trit more likely to be nonzero (the threshold byte d of the vector loops never rises with s), so an
 // element whose coarse draw byte u lies below d(s_hi) is nonzero under any s of the bracket, and
 // one whose u lies above d(s_lo) is zero. The others (d(s_hi) <= u <= d(s_lo): those of the
 // bracket's width, and the ties) are left zero in the packed bytes and kept as pending elements,
