@@ -117,9 +117,10 @@ class TernGradCodec : public Codec {
   void find_shift(const TensorInfo& t, const void* src, uint64_t count, Gathered& g);
 
   // The one-pass encode of a whole tensor with a tensor scale: a bracket [lo, hi] that the scale is
-  // expected to fall in, guessed from a sample (none where the scale may be max|x|, or the sample
-  // is too spread to guess well), then one pass that makes the moments and the trits under the
-  // bracket together, and settles the pending elements once the scale is known.
+  // expected to fall in, guessed from a sample (none where the scale may be max|x|, or where the
+  // sample says the bracket would leave too many elements pending), then one pass that makes the
+  // moments and the trits under the bracket together, and settles the pending elements once the
+  // scale is known.
   struct Bracket {
     float lo, hi;
   };
