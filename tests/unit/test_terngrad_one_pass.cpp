@@ -97,6 +97,13 @@ TEST(TernGradOnePass, WritesTheTwoPassBytesAtEveryThreadCount) {
     const Encoded clip1 = encode("terngrad:clip=1", f32(kN), sets[d].data(), 2, 0);
     EXPECT_EQ(clip1.path, d == 0 ? Path::kOnePass : Path::kTwoPasses) << "data " << d;
     EXPECT_TRUE(clip1 == encode("terngrad:clip=1", f32(kN), sets[d].data(), 2, kNever)) << "data " << d;
+    // Deterministic rounding: pending where p crosses 1/2 within the bracket, settled by trit<false>.
+    for (unsigned threads : {1u, 3u}) {
+      const Encoded det = encode("terngrad:rounding=deterministic", f32(kN), sets[d].data(), threads, 0);
+      if (d == 0) EXPECT_EQ(det.path, Path::kOnePass) << "threads " << threads;
+      EXPECT_TRUE(det == encode("terngrad:rounding=deterministic", f32(kN), sets[d].data(), 1, kNever))
+          << "data " << d << ", threads " << threads << ", path " << static_cast<int>(det.path);
+    }
   }
   // bfloat16 and float16 input: each chunk converted once, for its moments and its trits.
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
@@ -131,7 +138,7 @@ TEST(TernGradOnePass, ABracketThatMissesOrIsTooWideFallsBackToTheSecondPass) {
 }
 
 // Where the scale may be max|x| rather than c sigma (no clip; no element beyond the bracket), where
-// the codec's options are not the one pass's, or where the CPU lacks AVX2, the encode makes two passes.
+// the packing is not base 3, or where the CPU lacks AVX2, the encode makes two passes.
 TEST(TernGradOnePass, TwoPassesWhereTheOnePassDoesNotApply) {
   const std::vector<float> x = gaussian(kN, 5);
   std::vector<float> uniform(kN);
@@ -142,8 +149,7 @@ TEST(TernGradOnePass, TwoPassesWhereTheOnePassDoesNotApply) {
     const char* spec;
     const std::vector<float>* data;
   };
-  for (const Case& c : {Case{"terngrad:clip=0", &x}, Case{"terngrad", &uniform},
-                        Case{"terngrad:rounding=deterministic", &x}, Case{"terngrad:packing=2bit", &x}}) {
+  for (const Case& c : {Case{"terngrad:clip=0", &x}, Case{"terngrad", &uniform}, Case{"terngrad:packing=2bit", &x}}) {
     const Encoded got = encode(c.spec, f32(kN), c.data->data(), 2, 0);
     EXPECT_EQ(got.path, Path::kTwoPasses) << c.spec;
   }
@@ -184,7 +190,8 @@ TEST(TernGradOnePass, SamplesThatMisleadKeepTheBytes) {
 // at the bracket's ends and one step either side, at s k / 256 (a whole threshold byte) and one step
 // either side, above the clip, zeros, subnormals and non-finite values; scales whose 1 / s is
 // subnormal or near the smallest the vector loops take; brackets of zero width, one step wide, and
-// ending at the scale. Bracketed and settled, the bytes are those of the two-pass span loop.
+// ending at the scale; both roundings (deterministic: x at s / 2 and next to it). Bracketed and
+// settled, the bytes are those of the two-pass span loop.
 TEST(TernGradOnePass, SpanLoopsAtTheEdgesWriteTheTwoPassBytes) {
   if (!detail::terngrad_bracket_supported(1.0f)) GTEST_SKIP() << "the one-pass encode needs AVX2, which this CPU lacks";
   constexpr float inf = std::numeric_limits<float>::infinity();
@@ -198,11 +205,13 @@ TEST(TernGradOnePass, SpanLoopsAtTheEdgesWriteTheTwoPassBytes) {
     for (const Ends br :
          {Ends{s, s}, Ends{down(s), up(s)}, Ends{0.97f * s, 1.03f * s}, Ends{s, 1.05f * s}, Ends{0.95f * s, s}}) {
       ASSERT_TRUE(detail::terngrad_bracket_supported(br.lo)) << s;
-      const std::vector<float> edges = {s,       down(s),       up(s), br.lo, down(br.lo), up(br.lo),
-                                        br.hi,   up(br.hi),     2 * s, 0.0f,  -0.0f,       1e-45f,
-                                        -3e-39f, std::nanf(""), -inf,  inf,   down(br.hi), 0.5f * s};
+      const std::vector<float> edges = {
+          s,           down(s),  up(s),        br.lo,        down(br.lo),  up(br.lo),     br.hi, up(br.hi),
+          2 * s,       0.0f,     -0.0f,        1e-45f,       -3e-39f,      std::nanf(""), -inf,  inf,
+          down(br.hi), 0.5f * s, 0.5f * br.lo, 0.5f * br.hi, up(0.5f * s), down(0.5f * s)};
       for (const uint64_t n : {uint64_t{160 * 9}, uint64_t{160 * 9 + 37}}) {
-        for (const bool finite : {false, true}) {
+        for (const int variant : {0, 1, 2, 3}) {
+          const bool finite = variant % 2 == 1, stochastic = variant < 2;
           std::vector<float> x(n);
           std::uniform_int_distribution<int> pick(0, 2), which(0, static_cast<int>(edges.size()) - 1), k(0, 256);
           std::uniform_real_distribution<float> any(-1.2f, 1.2f);
@@ -218,14 +227,15 @@ TEST(TernGradOnePass, SpanLoopsAtTheEdgesWriteTheTwoPassBytes) {
           detail::fill_coarse8(5, 6, detail::kStreamTernGrad, 0, n, u.data());
           const detail::FineDraws fine{5, 6, detail::kStreamTernGrad, 0};
           detail::terngrad_encode_span(
-              {x.data(), u.data(), fine, n, n, &s, true, true, finite, scratch.data(), ties.data(), want.data()});
+              {x.data(), u.data(), fine, n, n, &s, stochastic, true, finite, scratch.data(), ties.data(), want.data()});
           std::vector<detail::TernGradPending> pending(n);
           uint64_t count = 0;
-          detail::terngrad_bracket_span({x.data(), u.data(), n, 0, finite, br.lo, br.hi, ties.data(), got.data()},
-                                        pending.data(), count);
-          detail::terngrad_settle_pending(pending.data(), count, s, fine, got.data());
+          detail::terngrad_bracket_span(
+              {x.data(), u.data(), n, 0, finite, stochastic, br.lo, br.hi, ties.data(), got.data()}, pending.data(),
+              count);
+          detail::terngrad_settle_pending(pending.data(), count, s, fine, got.data(), stochastic);
           EXPECT_EQ(got, want) << "s " << s << ", bracket " << br.lo << ".." << br.hi << ", n " << n << ", finite "
-                               << finite;
+                               << finite << ", stochastic " << stochastic;
         }
       }
     }

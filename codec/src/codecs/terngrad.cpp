@@ -188,10 +188,9 @@ TernGradCodec::TensorScale TernGradCodec::tensor_scale(const TensorInfo& t, cons
 
 std::optional<TernGradCodec::Bracket> TernGradCodec::guess_bracket(const TensorInfo& t, const void* src,
                                                                    uint64_t count) {
-  // The one pass makes stochastic trits in base 3 (where the scale may be max|x|, with no clip, no
-  // bracket would hold it), on a tensor too large for the second pass to find it in cache.
-  if (!o_.stochastic || !o_.base3 || !(o_.clip > 0.0) || count < g_one_pass.min_elements ||
-      count < kSampleMin * kSampleBlock) {
+  // The one pass makes trits in base 3 (where the scale may be max|x|, with no clip, no bracket would
+  // hold it), on a tensor too large for the second pass to find it in cache.
+  if (!o_.base3 || !(o_.clip > 0.0) || count < g_one_pass.min_elements || count < kSampleMin * kSampleBlock) {
     return std::nullopt;
   }
   const uint64_t blocks = std::clamp(count / kSampleEvery, kSampleMin, kSampleMax);
@@ -256,13 +255,18 @@ std::optional<TernGradCodec::Bracket> TernGradCodec::guess_bracket(const TensorI
     lo = g_one_pass.lo;
     hi = g_one_pass.hi;
   } else {
-    // The share of elements the bracket would leave pending: an element of p = min(|x|, s) / s is
-    // pending for about 256 p (1 / lo - 1 / hi) + 1 of the 256 coarse draw bytes. Too many, and the
-    // one pass would cost about what it saves.
-    double p = 0.0;
-    for (float x : sample) p += std::isfinite(x) ? std::min(static_cast<double>(std::fabs(x)), centre) / centre : 0.0;
-    p /= total_n;
-    if (!(p * (1.0 / lo - 1.0 / hi) + 1.0 / 256.0 <= kMaxPending)) return std::nullopt;
+    // The share of elements the bracket would leave pending (too many, and the one pass would cost
+    // about what it saves). With p = min(|x|, s) / s: stochastic, an element is pending for about
+    // 256 p (1 / lo - 1 / hi) + 1 of the 256 coarse draw bytes; deterministic, when 1/2 lies between
+    // |x| / (hi c sigma) and |x| / (lo c sigma).
+    double share = 0.0;
+    for (float x : sample) {
+      if (!std::isfinite(x)) continue;
+      const double a = std::fabs(x);
+      share += o_.stochastic ? std::min(a, centre) / centre * (1.0 / lo - 1.0 / hi) + 1.0 / 256.0
+                             : (a >= 0.5 * lo * centre && a < 0.5 * hi * centre ? 1.0 : 0.0);
+    }
+    if (!(share / total_n <= kMaxPending)) return std::nullopt;
   }
   if (!(centre * hi < 3.4e38)) return std::nullopt;  // the bracket in float32, finite
   const Bracket b{static_cast<float>(centre * lo), static_cast<float>(centre * hi)};
@@ -301,7 +305,9 @@ TernGradCodec::Path TernGradCodec::encode_one_pass(const TensorInfo& t, const vo
       const uint64_t len = std::min(kOnePassChunk, b - at);
       const float* x = span_values(t, src, at, len, w.x);
       const bool trits_too = !gave_up.load(std::memory_order_relaxed);
-      if (trits_too) fill_coarse8(context_.seed, context_.tensor_key, kStreamTernGrad, at, len, w.u.data());
+      if (trits_too && o_.stochastic) {
+        fill_coarse8(context_.seed, context_.tensor_key, kStreamTernGrad, at, len, w.u.data());
+      }
       uint64_t finite = 0;
       for (uint64_t c = at; c < at + len;) {  // the moments, a super-block's apart from the next's
         const uint64_t super = c / kSuperBlock, end = std::min(at + len, (super + 1) * kSuperBlock);
@@ -315,8 +321,8 @@ TernGradCodec::Path TernGradCodec::encode_one_pass(const TensorInfo& t, const vo
         c = end;
       }
       if (trits_too) {
-        terngrad_bracket_span({x, w.u.data(), len, at - a, finite == len, bracket.lo, bracket.hi, w.ties.data(),
-                               reinterpret_cast<uint8_t*>(trits) + at / 5},
+        terngrad_bracket_span({x, w.u.data(), len, at - a, finite == len, o_.stochastic, bracket.lo, bracket.hi,
+                               w.ties.data(), reinterpret_cast<uint8_t*>(trits) + at / 5},
                               pending, pending_count);
         if (pending_count > (b - a) / kPendingShare) gave_up.store(true, std::memory_order_relaxed);
       }
@@ -332,7 +338,7 @@ TernGradCodec::Path TernGradCodec::encode_one_pass(const TensorInfo& t, const vo
     run_pieces(parts, pieces, 1, [&](unsigned, uint64_t p, uint64_t) {
       const FineDraws fine{context_.seed, context_.tensor_key, kStreamTernGrad, p * kOnePassPiece};
       terngrad_settle_pending(pending_.get() + p * room, pending_count_[p], whole.s, fine,
-                              reinterpret_cast<uint8_t*>(trits) + p * kOnePassPiece / 5);
+                              reinterpret_cast<uint8_t*>(trits) + p * kOnePassPiece / 5, o_.stochastic);
     });
   }
   return path;

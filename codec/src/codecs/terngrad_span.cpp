@@ -437,35 +437,50 @@ GCZ_AVX2_INLINE void prefetch_some_ahead(const float* x) {
 }
 
 // The weighted trits of the 32 elements whose bits are xi (step k of a round) under a scale in the
-// bracket whose constants are lo (s_lo: the larger threshold bytes) and hi, in element order:
-// nonzero where u < d(s_hi); `pending` notes the elements with d(s_hi) <= u <= d(s_lo), in the packs'
-// order (note_ties).
-template <bool kFinite>
+// bracket whose constants are lo (s_lo: the larger products) and hi, in element order; `pending`
+// notes the others, in the packs' order (note_ties). Stochastic: nonzero where u < d(s_hi), pending
+// where d(s_hi) <= u <= d(s_lo). Deterministic: nonzero where p(s_hi) >= 1/2, pending where only
+// p(s_lo) is.
+template <bool kFinite, bool kStochastic>
 GCZ_AVX2_INLINE __m256i bracket_weighted32(const __m256i* xi, const uint8_t* u, const TritScale& lo,
                                            const TritScale& hi, int k, uint32_t& pending) {
   __m256i fin[4], big[4], small[4];
   for (int q = 0; q < 4; ++q) {
     const __m256 p_lo = p8_avx2<kFinite>(xi[q], lo, fin[q]), p_hi = p8_avx2<kFinite>(xi[q], hi, fin[q]);
-    big[q] = _mm256_and_si256(_mm256_cvttps_epi32(p_lo), fin[q]);
-    small[q] = _mm256_and_si256(_mm256_cvttps_epi32(p_hi), fin[q]);
+    if constexpr (kStochastic) {
+      big[q] = _mm256_and_si256(_mm256_cvttps_epi32(p_lo), fin[q]);
+      small[q] = _mm256_and_si256(_mm256_cvttps_epi32(p_hi), fin[q]);
+    } else {
+      const __m256 half = _mm256_set1_ps(0.5f);
+      big[q] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(p_lo, half, _CMP_GE_OQ)), fin[q]);
+      small[q] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(p_hi, half, _CMP_GE_OQ)), fin[q]);
+    }
   }
-  const __m256i d_big = avx2::pack_interleaved(big[0], big[1], big[2], big[3]);
-  const __m256i d_small = avx2::pack_interleaved(small[0], small[1], small[2], small[3]);
-  const __m256i draws = avx2::in_pack_order(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i not_below = _mm256_cmpeq_epi8(_mm256_subs_epu8(d_small, draws), zero);  // u >= d(s_hi)
-  const __m256i not_above = _mm256_cmpeq_epi8(_mm256_subs_epu8(draws, d_big), zero);    // u <= d(s_lo)
-  pending = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_and_si256(not_below, not_above)));
+  __m256i zero_or_pending;  // 0xFF where the trit is not nonzero for sure
+  if constexpr (kStochastic) {
+    const __m256i d_big = avx2::pack_interleaved(big[0], big[1], big[2], big[3]);
+    const __m256i d_small = avx2::pack_interleaved(small[0], small[1], small[2], small[3]);
+    const __m256i draws = avx2::in_pack_order(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
+    const __m256i zero = _mm256_setzero_si256();
+    zero_or_pending = _mm256_cmpeq_epi8(_mm256_subs_epu8(d_small, draws), zero);        // u >= d(s_hi)
+    const __m256i not_above = _mm256_cmpeq_epi8(_mm256_subs_epu8(draws, d_big), zero);  // u <= d(s_lo)
+    pending = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_and_si256(zero_or_pending, not_above)));
+  } else {
+    const __m256i on_lo = avx2::pack_signed_interleaved(big[0], big[1], big[2], big[3]);
+    const __m256i on_hi = avx2::pack_signed_interleaved(small[0], small[1], small[2], small[3]);
+    zero_or_pending = _mm256_cmpeq_epi8(on_hi, _mm256_setzero_si256());
+    pending = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_and_si256(zero_or_pending, on_lo)));
+  }
   const __m256i w = _mm256_blendv_epi8(load256(kBase3Weights.w[0][k]), load256(kBase3Weights.w[1][k]), signs32(xi));
-  return avx2::in_element_order(_mm256_andnot_si256(not_below, w));
+  return avx2::in_element_order(_mm256_andnot_si256(zero_or_pending, w));
 }
 
 // The whole rounds of 160 elements of the span, packed; returns the pairs noted and, in `done`, where
 // the rounds end.
-template <bool kFinite>
+template <bool kFinite, bool kStochastic>
 GCZ_AVX2_INLINE uint64_t bracket_rounds_avx2(const TernGradBracketSpan& span, uint64_t& done) {
   const TernGradBracketSpan j = span;  // a copy: the byte stores cannot alias its fields
-  const TritScale lo = trit_scale<true>(j.s_lo), hi = trit_scale<true>(j.s_hi);
+  const TritScale lo = trit_scale<kStochastic>(j.s_lo), hi = trit_scale<kStochastic>(j.s_hi);
   uint64_t i = 0, notes = 0;
   for (; i + 160 <= j.len; i += 160) {
     __m256i w[5];
@@ -475,7 +490,7 @@ GCZ_AVX2_INLINE uint64_t bracket_rounds_avx2(const TernGradBracketSpan& span, ui
       uint32_t mask;
       prefetch_some_ahead(j.x + i + 32 * k);
       avx2::load32(j.x + i + 32 * k, xi);
-      w[k] = bracket_weighted32<kFinite>(xi, j.u + i + 32 * k, lo, hi, k, mask);
+      w[k] = bracket_weighted32<kFinite, kStochastic>(xi, j.u + i + 32 * k, lo, hi, k, mask);
       note_ties(mask, i + 32 * k, j.ties, notes);
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(j.out + i / 5), base3_round(w));
@@ -489,9 +504,13 @@ __attribute__((target("avx2"))) bool bracket_scale_avx2(float s) { return trit_s
 __attribute__((target("avx2"))) void bracket_span_avx2(const TernGradBracketSpan& j, TernGradPending* pending,
                                                        uint64_t& count) {
   uint64_t done;
-  const uint64_t notes = j.finite ? bracket_rounds_avx2<true>(j, done) : bracket_rounds_avx2<false>(j, done);
+  const uint64_t notes =
+      j.stochastic
+          ? (j.finite ? bracket_rounds_avx2<true, true>(j, done) : bracket_rounds_avx2<false, true>(j, done))
+          : (j.finite ? bracket_rounds_avx2<true, false>(j, done) : bracket_rounds_avx2<false, false>(j, done));
   auto keep = [&](uint64_t e) {
-    pending[count++] = {static_cast<uint32_t>(j.at + e) | (uint32_t{j.u[e]} << 24), j.x[e]};
+    const uint32_t u = j.stochastic ? j.u[e] : 0u;
+    pending[count++] = {static_cast<uint32_t>(j.at + e) | (u << 24), j.x[e]};
   };
   for (uint64_t p = 0; p < notes; ++p) {
     for (uint32_t mask = j.ties[2 * p + 1]; mask != 0; mask &= mask - 1) {
@@ -570,7 +589,13 @@ void terngrad_bracket_span(const TernGradBracketSpan& job, TernGradPending* pend
 #endif
 }
 
-void terngrad_settle_pending(const TernGradPending* p, uint64_t n, float s, const FineDraws& fine, uint8_t* out) {
+void terngrad_settle_pending(const TernGradPending* p, uint64_t n, float s, const FineDraws& fine, uint8_t* out,
+                             bool stochastic) {
+  if (!stochastic) {  // terngrad::trit<false>: few elements, one at a time
+    const Settling z{s, s > 0.0f ? 1.0f / s : 0.0f, out};
+    for (uint64_t i = 0; i < n; ++i) z.add(p[i].e & 0xFFFFFFu, trit<false>(p[i].x, z.s, z.inv, 0.0f));
+    return;
+  }
   const bool avx2 = cpu_has_avx2();
   settle_pending(p, n, s, fine, out,
                  [&](const TernGradPending* b, uint64_t m, const Settling& z, uint64_t& waiting, uint64_t* wait) {

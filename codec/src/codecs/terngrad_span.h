@@ -63,11 +63,12 @@ void terngrad_encode_span(const TernGradEncodeSpan& job);
 
 // The one-pass encode of a tensor scale (terngrad.cpp) makes a span's trits before the scale s is
 // known, from a bracket [s_lo, s_hi] that s is expected to fall in. A larger scale never makes a
-// trit more likely to be nonzero (the threshold byte d of the vector loops never rises with s), so an
-// element whose coarse draw byte u lies below d(s_hi) is nonzero under any s of the bracket, and
-// one whose u lies above d(s_lo) is zero. The others (d(s_hi) <= u <= d(s_lo): those of the
-// bracket's width, and the ties) are left zero in the packed bytes and kept as pending elements,
-// which terngrad_settle_pending decides once s is known, exactly as the two-pass encode would.
+// trit more likely to be nonzero (the threshold byte d of the vector loops never rises with s, nor
+// does p), so an element whose coarse draw byte u lies below d(s_hi) (deterministic: whose p(s_hi)
+// >= 1/2) is nonzero under any s of the bracket, and one whose u lies above d(s_lo) (whose p(s_lo)
+// < 1/2) is zero. The others (d(s_hi) <= u <= d(s_lo): those of the bracket's width, and the ties)
+// are left zero in the packed bytes and kept as pending elements, which terngrad_settle_pending
+// decides once s is known, exactly as the two-pass encode would.
 struct TernGradPending {
   uint32_t e;  // bits 0..23: the element's offset from the piece's first element; bits 24..31: its u
   float x;
@@ -76,10 +77,11 @@ inline constexpr uint64_t kTernGradPendingReach = uint64_t{1} << 24;  // offsets
 
 struct TernGradBracketSpan {
   const float* x;    // len float32 values
-  const uint8_t* u;  // len coarse draw bytes (Rng::coarse8); len + 32 readable
+  const uint8_t* u;  // stochastic: len coarse draw bytes (Rng::coarse8), len + 32 readable; else unused
   uint64_t len;      // a multiple of 5 except at the end of the tensor
   uint64_t at;       // the offset of x[0] from the piece's first element: at + len <= kTernGradPendingReach
   bool finite;       // every element of x is finite
+  bool stochastic;   // the rounding: stochastic, else deterministic
   float s_lo, s_hi;  // 0 < s_lo <= s_hi, and terngrad_bracket_supported(s_lo)
   uint32_t* ties;    // scratch: tie_room(len, len) words
   uint8_t* out;      // ceil(len / 5) bytes: the base-3 trits, the pending ones zero
@@ -87,12 +89,13 @@ struct TernGradBracketSpan {
 // Whether this CPU runs the one-pass loop, and a bracket from s_lo up suits it (the vector loops'
 // constants of s_lo, and so of every larger scale, are finite).
 bool terngrad_bracket_supported(float s_lo);
-// The span's trits for a stochastic rounding under a scale in [s_lo, s_hi], base 3; appends the
-// pending elements to pending[count, ...), which has room for len more, and counts them in `count`.
+// The span's trits under a scale in [s_lo, s_hi], base 3; appends the pending elements to
+// pending[count, ...), which has room for len more, and counts them in `count`.
 void terngrad_bracket_span(const TernGradBracketSpan& j, TernGradPending* pending, uint64_t& count);
 // Adds the trits of pending elements p[0, n) under the scale s into the piece's packed bytes `out`,
-// whose fine draws are `fine` (first: the piece's first element).
-void terngrad_settle_pending(const TernGradPending* p, uint64_t n, float s, const FineDraws& fine, uint8_t* out);
+// whose fine draws are `fine` (first: the piece's first element; stochastic rounding only).
+void terngrad_settle_pending(const TernGradPending* p, uint64_t n, float s, const FineDraws& fine, uint8_t* out,
+                             bool stochastic = true);
 
 struct TernGradDecodeSpan {
   const uint8_t* in;    // ceil(len / 5) or ceil(len / 4) bytes
