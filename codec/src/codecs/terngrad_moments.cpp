@@ -208,8 +208,7 @@ __attribute__((target("avx2,fma"))) void moments_avx2(const float* x, uint64_t n
 // The same moments with AVX-512F: the eight lanes of a block's sums in one register of eight doubles
 // instead of two of four, so each element costs half the instructions; lane j still sums elements j,
 // j + 8, j + 16, ... of the block, in that order, with the same roundings (the same bits). On a
-// 2-core Xeon a block's sums from L2 ran 1.6 times as fast (the chain of adds through each lane
-// now bounds them).
+// 2-core Xeon, 1 GiB, one thread: the two-pass encode 4.24 -> 4.51 GB/s, the one pass 4.85 -> 4.96.
 GCZ_AVX512_INLINE void one_block_avx512(const float* x, uint64_t n, double shift, BlockSums& a) {
   const __m512d k = _mm512_set1_pd(shift), one = _mm512_set1_pd(1.0);
   __m512d s1 = _mm512_setzero_pd(), s2 = s1;

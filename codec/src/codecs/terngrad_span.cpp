@@ -432,7 +432,7 @@ __attribute__((target("avx2"))) bool decode_avx2(const TernGradDecodeSpan& j) { 
 // with two of every eight (with the trits in AVX-512, since left out, two of every four did as well
 // as two of eight, and two of a page's 64 worse than every line).
 GCZ_AVX2_INLINE void prefetch_some_ahead(const float* x) {
-  const uintptr_t ahead = reinterpret_cast<uintptr_t>(x + avx2::kPrefetchAhead);
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(x) + sizeof(float) * avx2::kPrefetchAhead;  // maybe past the end
   if (ahead % 512 < 128) avx2::prefetch_ahead<avx2::kPrefetchAhead, _MM_HINT_T1, 2>(x);
 }
 
