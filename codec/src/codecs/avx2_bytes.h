@@ -7,13 +7,12 @@
 //   _mm256_storeu_si256(out, gcz::detail::avx2::in_element_order(bytes));
 #pragma once
 
-#include <immintrin.h>
-
 #include <cstdint>
 #include <cstring>
 
 #include "codecs/quant_uniforms.h"
 #include "codecs/span_inline.h"
+#include "codecs/x86_intrinsics.h"
 
 namespace gcz::detail::avx2 {
 

@@ -13,17 +13,7 @@
 #include "gcz/detail/philox.h"
 
 #if defined(__x86_64__)
-// GCC 12 warns that the AVX-512 intrinsics' own placeholder operands (_mm512_undefined_*) are used
-// uninitialized (GCC bug 105593); they are, by design.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "codecs/x86_intrinsics.h"
 #endif
 
 namespace gcz::detail {

@@ -200,11 +200,6 @@ __attribute__((target("avx2,fma"))) void moments_avx2(const float* x, uint64_t n
   }
 }
 
-// GCC 12 starts the results of some AVX-512 intrinsics (_mm512_cvtps_pd, _mm512_max_epi32) from
-// _mm512_undefined_*() and then reports them under -Wmaybe-uninitialized wherever they are inlined;
-// every register below is written before it is read.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // The same moments with AVX-512F: the eight lanes of a block's sums in one register of eight doubles
 // instead of two of four, so each element costs half the instructions; lane j still sums elements j,
 // j + 8, j + 16, ... of the block, in that order, with the same roundings (the same bits). On a
@@ -257,8 +252,6 @@ GCZ_AVX512 void moments_avx512(const float* x, uint64_t n, TernGradMoments& m) {
     commit_block(x + b, len, s0, m);
   }
 }
-
-#pragma GCC diagnostic pop
 
 // S1 and S2 of a block whose whole lanes are in registers, as (S1, S2): combine_lanes of each, in its
 // order ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), with no trip through memory.
