@@ -155,14 +155,12 @@ void TernGradCodec::gather(const TensorInfo& t, const void* src, uint64_t first,
   g.sums.resize(b0 + supers);
   run_pieces(std::min<uint64_t>(parts, supers), supers, 1, [&](unsigned k, uint64_t begin, uint64_t end) {
     for (uint64_t b = begin; b < end; ++b) {
-      TernGradMoments m;
-      m.shift = g.shift.shift;
-      m.has_shift = g.shift.has_shift;
+      TernGradMoments m = g.shift;
       for (uint64_t a = b * kSuperBlock; a < std::min(count, (b + 1) * kSuperBlock); a += kMomentSpan) {
         const uint64_t len = std::min(kMomentSpan, count - a);
         terngrad_add_moments(span_values(t, src, a, len, scratch_[k].x), len, m);
       }
-      g.sums[b0 + b] = {m.s1.total(), m.s2.total(), m.finite, m.max_bits};
+      g.sums[b0 + b] = SuperBlockSums::of(m);
     }
   });
   g.next = first + count;
@@ -294,13 +292,7 @@ TernGradCodec::Path TernGradCodec::encode_one_pass(const TensorInfo& t, const vo
     uint64_t& pending_count = pending_count_[a / kOnePassPiece];
     w.u.resize(kOnePassChunk + 32);
     w.ties.resize(tie_room(kOnePassChunk, kOnePassChunk));
-    TernGradMoments m;
-    auto restart = [&] {
-      m = {};
-      m.shift = g.shift.shift;
-      m.has_shift = g.shift.has_shift;
-    };
-    restart();
+    TernGradMoments m = g.shift;
     for (uint64_t at = a; at < b; at += kOnePassChunk) {
       const uint64_t len = std::min(kOnePassChunk, b - at);
       const float* x = span_values(t, src, at, len, w.x);
@@ -315,8 +307,8 @@ TernGradCodec::Path TernGradCodec::encode_one_pass(const TensorInfo& t, const vo
         terngrad_add_moments(x + (c - at), end - c, m);
         finite += m.finite - before;
         if (end % kSuperBlock == 0 || end == count) {
-          g.sums[super] = {m.s1.total(), m.s2.total(), m.finite, m.max_bits};
-          restart();
+          g.sums[super] = SuperBlockSums::of(m);
+          m = g.shift;
         }
         c = end;
       }

@@ -92,9 +92,10 @@ class TernGradCodec : public Codec {
     double s1, s2;
     uint64_t finite;
     int32_t max_bits;
+    static SuperBlockSums of(const TernGradMoments& m) { return {m.s1.total(), m.s2.total(), m.finite, m.max_bits}; }
   };
   struct Gathered {
-    TernGradMoments shift;
+    TernGradMoments shift;  // only K: every super-block's moments start from a copy
     std::vector<SuperBlockSums> sums;
     uint64_t next = 0;  // elements gathered
   };
